@@ -1,0 +1,93 @@
+"""Typed readers for environment variables: bad values stop start-up with a clear message."""
+
+from __future__ import annotations
+
+import os
+from urllib.parse import parse_qsl, unquote, urlsplit
+
+from django.core.exceptions import ImproperlyConfigured
+
+
+def env_str(name: str, default: str) -> str:
+    return os.environ.get(name, default)
+
+
+def env_bool(name: str, default: bool) -> bool:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    value = raw.strip().lower()
+    if value in {"1", "true", "yes", "on"}:
+        return True
+    if value in {"0", "false", "no", "off"}:
+        return False
+    raise ImproperlyConfigured(f"{name}={raw!r}: expected true/false (1/0, yes/no, on/off)")
+
+
+def env_int(name: str, default: int, *, minimum: int | None = None) -> int:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name}={raw!r}: expected an integer") from None
+    if minimum is not None and value < minimum:
+        raise ImproperlyConfigured(f"{name}={value}: must be at least {minimum}")
+    return value
+
+
+def env_float(name: str, default: float, *, minimum: float | None = None) -> float:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name}={raw!r}: expected a number") from None
+    if minimum is not None and value < minimum:
+        raise ImproperlyConfigured(f"{name}={value}: must be at least {minimum}")
+    return value
+
+
+def env_list(name: str, default: list[str]) -> list[str]:
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    return [item.strip() for item in raw.split(",") if item.strip()]
+
+
+_ENGINES = {
+    "postgres": "django.db.backends.postgresql",
+    "postgresql": "django.db.backends.postgresql",
+    "pgsql": "django.db.backends.postgresql",
+    "sqlite": "django.db.backends.sqlite3",
+}
+
+
+def parse_database_url(url: str) -> dict[str, object]:
+    """A Django DATABASES entry from ``postgres://user:pw@host:port/name`` or ``sqlite:///path``."""
+    parts = urlsplit(url)
+    engine = _ENGINES.get(parts.scheme)
+    if engine is None:
+        raise ImproperlyConfigured(
+            f"DATABASE_URL scheme {parts.scheme!r} is not supported (use postgres:// or sqlite:///)"
+        )
+    if engine.endswith("sqlite3"):
+        path = unquote(parts.path)
+        # sqlite:////abs/path gives //abs/path; sqlite:///rel gives /rel (relative intended).
+        name = path[1:] if path.startswith("//") else path.lstrip("/") or ":memory:"
+        return {"ENGINE": engine, "NAME": name}
+    name = unquote(parts.path.lstrip("/"))
+    if not name:
+        raise ImproperlyConfigured("DATABASE_URL names no database (postgres://host:5432/NAME)")
+    return {
+        "ENGINE": engine,
+        "NAME": name,
+        "USER": unquote(parts.username or ""),
+        "PASSWORD": unquote(parts.password or ""),
+        "HOST": parts.hostname or "",
+        "PORT": str(parts.port or ""),
+        "OPTIONS": dict(parse_qsl(parts.query)),
+        "CONN_MAX_AGE": 60,
+    }

@@ -1,0 +1,169 @@
+"""Meridian's one settings module: everything comes from the environment, with defaults
+that let `make run` work on a fresh machine (SQLite, local Redis, demo mode)."""
+
+from __future__ import annotations
+
+import secrets
+from pathlib import Path
+
+from console.env import (
+    env_bool,
+    env_float,
+    env_int,
+    env_list,
+    env_str,
+    parse_database_url,
+)
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = Path(env_str("MERIDIAN_VAR_DIR", str(BASE_DIR / "var")))
+VAR_DIR.mkdir(parents=True, exist_ok=True)
+
+
+def _secret_key() -> str:
+    """The configured key, or one generated once and kept in var/ so sessions survive restarts."""
+    configured = env_str("MERIDIAN_SECRET_KEY", "")
+    if configured:
+        return configured
+    path = VAR_DIR / "secret_key"
+    if not path.exists():
+        path.write_text(secrets.token_urlsafe(50))
+        path.chmod(0o600)
+    return path.read_text().strip()
+
+
+SECRET_KEY = _secret_key()
+DEBUG = env_bool("MERIDIAN_DEBUG", False)
+ALLOWED_HOSTS = env_list("MERIDIAN_ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]"])
+CSRF_TRUSTED_ORIGINS = env_list("MERIDIAN_CSRF_TRUSTED_ORIGINS", [])
+
+INSTALLED_APPS = [
+    "daphne",
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "channels",
+    "console",
+    "workers",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "console.urls"
+ASGI_APPLICATION = "console.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+_database_url = env_str("DATABASE_URL", "")
+if _database_url:
+    DATABASES = {"default": parse_database_url(_database_url)}
+else:
+    DATABASES = {
+        "default": {
+            "ENGINE": "django.db.backends.sqlite3",
+            "NAME": VAR_DIR / "meridian.sqlite3",
+            # Several processes (balancers, worker, console) share the file: WAL lets
+            # readers proceed during a write, IMMEDIATE avoids upgrade deadlocks.
+            "OPTIONS": {
+                "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+                "transaction_mode": "IMMEDIATE",
+                "timeout": 20,
+            },
+            "TEST": {"NAME": VAR_DIR / "test_meridian.sqlite3"},
+        }
+    }
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = False
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = VAR_DIR / "staticfiles"
+LOGIN_URL = "/admin/login/"
+
+# Request bodies: the proxy enforces its own limit (413) before Django's form parsing.
+MERIDIAN_MAX_BODY_BYTES = env_int("MERIDIAN_MAX_BODY_BYTES", 4 * 1024 * 1024, minimum=1024)
+DATA_UPLOAD_MAX_MEMORY_SIZE = MERIDIAN_MAX_BODY_BYTES + 1024
+
+REDIS_URL = env_str("REDIS_URL", "redis://127.0.0.1:6379/0")
+
+CHANNEL_LAYERS = {
+    "default": {
+        "BACKEND": "channels_redis.core.RedisChannelLayer",
+        "CONFIG": {"hosts": [REDIS_URL], "prefix": "meridian:channels"},
+    }
+}
+
+CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", REDIS_URL)
+CELERY_RESULT_BACKEND = env_str("CELERY_RESULT_BACKEND", REDIS_URL)
+CELERY_TASK_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_TIMEZONE = "UTC"
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+
+# --- Meridian ---------------------------------------------------------------------------
+# Which balancer this process plays (its Balancer.name); empty in the console process.
+MERIDIAN_BALANCER = env_str("MERIDIAN_BALANCER", "")
+# Demo mode applies the emulated inter-region RTTs to balancer-to-balancer forwarding.
+MERIDIAN_DEMO = env_bool("MERIDIAN_DEMO", False)
+MERIDIAN_HASH_SEED = env_str("MERIDIAN_HASH_SEED", "meridian")
+MERIDIAN_TOKENIZER_JSON = env_str("MERIDIAN_TOKENIZER_JSON", "")
+# How often a balancer re-reads topology and API keys from the database (off the hot path).
+MERIDIAN_TOPOLOGY_REFRESH_S = env_float("MERIDIAN_TOPOLOGY_REFRESH_S", 2.0, minimum=0.1)
+# In-process replica health probe period (the routing core issue adds /metrics probing).
+MERIDIAN_PROBE_INTERVAL_S = env_float("MERIDIAN_PROBE_INTERVAL_S", 0.5, minimum=0.05)
+MERIDIAN_PROBE_TIMEOUT_S = env_float("MERIDIAN_PROBE_TIMEOUT_S", 1.0, minimum=0.05)
+MERIDIAN_HEARTBEAT_INTERVAL_S = env_float("MERIDIAN_HEARTBEAT_INTERVAL_S", 1.0, minimum=0.1)
+MERIDIAN_HEARTBEAT_TTL_S = env_float("MERIDIAN_HEARTBEAT_TTL_S", 5.0, minimum=0.5)
+MERIDIAN_UPSTREAM_CONNECT_TIMEOUT_S = env_float("MERIDIAN_UPSTREAM_CONNECT_TIMEOUT_S", 2.0)
+MERIDIAN_UPSTREAM_READ_TIMEOUT_S = env_float("MERIDIAN_UPSTREAM_READ_TIMEOUT_S", 300.0)
+MERIDIAN_MAX_ATTEMPTS = env_int("MERIDIAN_MAX_ATTEMPTS", 3, minimum=1)
+# Celery beat periods (seconds).
+MERIDIAN_PROBE_PERIOD_S = env_float("MERIDIAN_PROBE_PERIOD_S", 5.0, minimum=0.5)
+MERIDIAN_PROBE_FAILURE_THRESHOLD = env_int("MERIDIAN_PROBE_FAILURE_THRESHOLD", 2, minimum=1)
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": env_str("MERIDIAN_LOG_LEVEL", "INFO")},
+    "loggers": {
+        "django.channels.server": {"level": "WARNING"},
+        "daphne": {"level": "WARNING"},
+        "httpx": {"level": "WARNING"},
+    },
+}

@@ -1,0 +1,52 @@
+"""Chained block hashing: the one definition of "the same KV block".
+
+vLLM's prefix cache identifies a full block of ``BLOCK_SIZE`` tokens by a hash
+of (parent block hash, the block's token ids, extra keys such as a LoRA name).
+Because each hash covers its parent, two prompts share block *i* only if they
+share every token before it, so a list of block hashes is a prefix fingerprint.
+The emulated replica keys its cache by these hashes, publishes them in KV
+events, and the balancer computes the same list for routing; every process
+must use the same ``seed`` (vLLM's NONE_HASH / PYTHONHASHSEED requirement).
+
+Partial trailing blocks are never hashed: engines only cache full blocks.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from array import array
+from collections.abc import Sequence
+
+BLOCK_SIZE = 16
+DEFAULT_SEED = "meridian"
+
+
+def root_hash(seed: str = DEFAULT_SEED) -> int:
+    """The parent hash of a sequence's first block, derived from the shared seed."""
+    return int.from_bytes(hashlib.blake2b(seed.encode(), digest_size=8).digest(), "big")
+
+
+def block_hash(parent: int, tokens: Sequence[int], extra: str = "") -> int:
+    """Hash of one full block, chained to its parent's hash."""
+    h = hashlib.blake2b(digest_size=8)
+    h.update(parent.to_bytes(8, "big"))
+    h.update(array("I", tokens).tobytes())
+    if extra:
+        h.update(b"\x00" + extra.encode())
+    return int.from_bytes(h.digest(), "big")
+
+
+def block_hashes(
+    tokens: Sequence[int],
+    *,
+    block_size: int = BLOCK_SIZE,
+    extra: str = "",
+    seed: str = DEFAULT_SEED,
+) -> list[int]:
+    """Hashes of every full block of ``tokens``, each chained to the one before."""
+    hashes: list[int] = []
+    parent = root_hash(seed)
+    for start in range(0, len(tokens) - block_size + 1, block_size):
+        parent = block_hash(parent, tokens[start : start + block_size], extra)
+        hashes.append(parent)
+    return hashes

@@ -1,0 +1,115 @@
+"""One deterministic tokenizer, shared by the balancer and the emulated replicas.
+
+Routing on prefixes only works when the balancer and the engine agree on token
+boundaries, so both import this module.  The built-in ``WordTokenizer`` is a
+GPT-2-like pre-tokenizer: a token is a run of letters/digits with the
+whitespace before it, or one punctuation character with the whitespace before
+it.  Ids are a stable hash of the token text, so no vocabulary file is needed
+and the same text gives the same ids in every process and on every machine.
+
+A user with a real model can plug in its HuggingFace ``tokenizer.json`` through
+``HuggingFaceTokenizer`` (needs the optional ``tokenizers`` package).
+
+Chat requests are rendered with one fixed template (``render_chat``) before
+tokenizing, again so that both sides see identical prompts.
+"""
+
+from __future__ import annotations
+
+import re
+import zlib
+from collections.abc import Iterable, Mapping, Sequence
+from functools import lru_cache
+from typing import Any, Protocol
+
+# Leading whitespace belongs to the token that follows it (as in GPT-2's "Ġword").
+_TOKEN_RE = re.compile(r"\s*[A-Za-z0-9]+|\s*[^\sA-Za-z0-9]|\s+$")
+
+VOCAB_SIZE = 1 << 31
+
+
+class Tokenizer(Protocol):
+    name: str
+
+    def encode(self, text: str) -> list[int]: ...
+
+    def count(self, text: str) -> int: ...
+
+
+@lru_cache(maxsize=65536)
+def _token_id(piece: str) -> int:
+    # crc32 is stable across processes (unlike hash()) and fast.
+    return zlib.crc32(piece.encode("utf-8")) % VOCAB_SIZE
+
+
+class WordTokenizer:
+    """Deterministic word-piece tokenizer; ids are hashes of the piece text."""
+
+    name = "meridian-word"
+
+    def pieces(self, text: str) -> list[str]:
+        return _TOKEN_RE.findall(text)
+
+    def encode(self, text: str) -> list[int]:
+        return [_token_id(piece) for piece in _TOKEN_RE.findall(text)]
+
+    def count(self, text: str) -> int:
+        return sum(1 for _ in _TOKEN_RE.finditer(text))
+
+
+class HuggingFaceTokenizer:
+    """A HuggingFace ``tokenizer.json`` loaded through the ``tokenizers`` package."""
+
+    def __init__(self, path: str) -> None:
+        try:
+            from tokenizers import Tokenizer as _HFTokenizer  # type: ignore[import-not-found]
+        except ImportError as exc:  # pragma: no cover - exercised only without the extra
+            raise RuntimeError(
+                "a tokenizer.json was configured but the 'tokenizers' package is not "
+                "installed: pip install 'meridian[hf]'"
+            ) from exc
+        self._tok = _HFTokenizer.from_file(path)
+        self.name = f"hf:{path}"
+
+    def encode(self, text: str) -> list[int]:
+        return list(self._tok.encode(text, add_special_tokens=False).ids)
+
+    def count(self, text: str) -> int:
+        return len(self.encode(text))
+
+
+def build_tokenizer(tokenizer_json: str | None = None) -> Tokenizer:
+    """The configured tokenizer: a HuggingFace file when given, else the built-in one."""
+    if tokenizer_json:
+        return HuggingFaceTokenizer(tokenizer_json)
+    return WordTokenizer()
+
+
+def _content_text(content: Any) -> str:
+    """Text of an OpenAI message ``content``: a string or a list of text parts."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, Sequence):
+        parts = []
+        for part in content:
+            if isinstance(part, Mapping) and part.get("type") == "text":
+                parts.append(str(part.get("text", "")))
+        return "".join(parts)
+    raise ValueError("message content must be a string or a list of content parts")
+
+
+def render_chat(messages: Iterable[Mapping[str, Any]]) -> str:
+    """Render chat messages with Meridian's fixed template.
+
+    The template is prefix-stable: appending a message never changes the text
+    of the messages before it, so a conversation's next turn shares the whole
+    history as a cacheable prefix (what multi-turn KV reuse relies on).
+    """
+    out = []
+    for message in messages:
+        role = str(message.get("role", "user"))
+        out.append(f"<|{role}|>\n{_content_text(message.get('content'))}\n")
+    out.append("<|assistant|>\n")
+    return "".join(out)

@@ -1,0 +1,42 @@
+"""The values the routing core works on: what a request looks like to a policy, and
+what the balancer knows about each target it may send to."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, slots=True)
+class RequestDescriptor:
+    """Everything a policy may look at, computed once when the request arrives."""
+
+    request_id: str
+    model: str
+    prompt_tokens: int
+    block_hashes: tuple[int, ...] = ()
+    session_key: str = ""
+    max_tokens: int | None = None
+    lora: str | None = None
+    forwarded: bool = False
+
+
+@dataclass(slots=True)
+class TargetState:
+    """A replica (or a peer balancer) as the balancer sees it right now."""
+
+    target_id: str
+    url: str
+    region: str = ""
+    zone: str = ""
+    kind: str = "reserved"
+    model: str = ""
+    # Health as far as this balancer knows; a connect failure clears it at once.
+    healthy: bool = True
+    # Requests this balancer has sent and not yet seen finish.
+    outstanding: int = 0
+    # From the latest probe of the replica's /metrics.
+    running: int = 0
+    waiting: int = 0
+    kv_usage: float = 0.0
+    consecutive_failures: int = 0
+    extra: dict[str, float] = field(default_factory=dict)

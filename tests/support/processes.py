@@ -1,0 +1,83 @@
+"""Start real processes on loopback ports for integration tests, and stop them all."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import httpx
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_http(url: str, *, timeout: float = 20.0, process: subprocess.Popen[bytes] | None = None) -> None:
+    """Wait until ``url`` answers any HTTP status (the server is listening)."""
+    deadline = time.monotonic() + timeout
+    last: Exception | None = None
+    while time.monotonic() < deadline:
+        if process is not None and process.poll() is not None:
+            raise RuntimeError(f"process exited with {process.returncode} before {url} answered")
+        try:
+            httpx.get(url, timeout=1.0)
+            return
+        except httpx.HTTPError as exc:
+            last = exc
+            time.sleep(0.1)
+    raise TimeoutError(f"{url} did not answer within {timeout}s: {last}")
+
+
+class ProcessGroup:
+    """Child processes started by one test or fixture; ``stop_all`` ends every one."""
+
+    def __init__(self, log_dir: Path) -> None:
+        self.log_dir = log_dir
+        self.processes: list[subprocess.Popen[bytes]] = []
+
+    def start(
+        self,
+        name: str,
+        argv: Sequence[str],
+        *,
+        env: Mapping[str, str] | None = None,
+    ) -> subprocess.Popen[bytes]:
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        log = open(self.log_dir / f"{name}.log", "ab")  # noqa: SIM115 - lives as long as the child
+        full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+        process = subprocess.Popen(
+            list(argv), cwd=REPO_ROOT, env=full_env, stdout=log, stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        log.close()
+        self.processes.append(process)
+        return process
+
+    def python(self, name: str, *args: str, env: Mapping[str, str] | None = None) -> subprocess.Popen[bytes]:
+        return self.start(name, [sys.executable, *args], env=env)
+
+    def log_of(self, name: str) -> str:
+        path = self.log_dir / f"{name}.log"
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    def stop_all(self) -> None:
+        for process in self.processes:
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGTERM)
+        for process in self.processes:
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+        self.processes.clear()
