@@ -5,11 +5,17 @@ from __future__ import annotations
 
 import os
 
+from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler
 from django.core.asgi import get_asgi_application
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
 django_asgi_app = get_asgi_application()
 
 from channels.routing import ProtocolTypeRouter  # noqa: E402  (needs Django set up first)
+from django.conf import settings  # noqa: E402
 
-application = ProtocolTypeRouter({"http": django_asgi_app})
+# The console ships its own static files (no CDN, works offline) and the demo has no
+# front proxy, so daphne serves them itself unless an operator puts one in front.
+http_app = ASGIStaticFilesHandler(django_asgi_app) if settings.MERIDIAN_SERVE_STATIC else django_asgi_app
+
+application = ProtocolTypeRouter({"http": http_app})

@@ -111,6 +111,8 @@ STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = VAR_DIR / "staticfiles"
 LOGIN_URL = "/admin/login/"
+# daphne serves /static/ itself unless a front proxy does (MERIDIAN_SERVE_STATIC=false).
+MERIDIAN_SERVE_STATIC = env_bool("MERIDIAN_SERVE_STATIC", True)
 
 # Request bodies: the proxy enforces its own limit (413) before Django's form parsing.
 MERIDIAN_MAX_BODY_BYTES = env_int("MERIDIAN_MAX_BODY_BYTES", 4 * 1024 * 1024, minimum=1024)

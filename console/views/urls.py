@@ -1,3 +1,7 @@
 from django.urls import path
 
-urlpatterns: list = []
+from console.views.overview import overview
+
+urlpatterns = [
+    path("", overview, name="overview"),
+]

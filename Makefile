@@ -1,0 +1,37 @@
+# Two commands on a fresh machine: `make run` brings the demo up, `make test` runs the suite.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+# Re-install whenever pyproject.toml changes (its hash names the stamp file).
+PYPROJECT_HASH := $(shell sha1sum pyproject.toml | cut -c1-12)
+RUN_STAMP := $(VENV)/.installed-run-$(PYPROJECT_HASH)
+TEST_STAMP := $(VENV)/.installed-test-$(PYPROJECT_HASH)
+PIP := $(BIN)/python -m pip --disable-pip-version-check -q
+
+.PHONY: run test lint install clean
+
+run: $(RUN_STAMP)
+	$(BIN)/python manage.py run_demo
+
+test: $(TEST_STAMP)
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+lint: $(TEST_STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+
+install: $(RUN_STAMP)
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+$(RUN_STAMP): pyproject.toml | $(BIN)/python
+	$(PIP) install -e .
+	touch $@
+
+$(TEST_STAMP): pyproject.toml | $(BIN)/python
+	$(PIP) install -e ".[test]"
+	touch $(RUN_STAMP) $@
+
+clean:
+	rm -rf $(VENV) var

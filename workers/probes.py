@@ -1,0 +1,105 @@
+"""Replica health probes: the control plane's view of which replicas may take traffic.
+
+A replica becomes ``ready`` on its first successful probe and ``failed`` after
+``failure_threshold`` consecutive failed ones; a failed replica that answers
+again goes back to ``ready``.  Each transition is an Event.  Balancers read the
+states in their topology refresh, so a failed replica leaves routing within one
+probe period plus one refresh.  (Balancers also probe their own replicas every few
+hundred ms in-process; this slower probe is the durable record.)
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+import httpx
+from django.db import transaction
+from django.utils import timezone
+
+from console.models import Event, Replica
+
+# States whose replicas are probed; drained, terminated and preempted ones are not ours to revive.
+PROBED_STATES = (Replica.State.STARTING, Replica.State.READY, Replica.State.FAILED)
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    replica_id: int
+    ok: bool
+    detail: str
+
+
+@dataclass(frozen=True)
+class ProbeTransition:
+    replica: str
+    old_state: str
+    new_state: str
+
+
+async def _probe_one(client: httpx.AsyncClient, replica_id: int, url: str) -> ProbeResult:
+    try:
+        response = await client.get(url.rstrip("/") + "/health")
+    except httpx.HTTPError as exc:
+        return ProbeResult(replica_id, False, f"{type(exc).__name__}: {exc}")
+    if response.status_code == 200:
+        return ProbeResult(replica_id, True, "200")
+    return ProbeResult(replica_id, False, f"HTTP {response.status_code}")
+
+
+async def _probe_all(targets: list[tuple[int, str]], timeout: float) -> list[ProbeResult]:
+    async with httpx.AsyncClient(timeout=timeout) as client:
+        return await asyncio.gather(*(_probe_one(client, rid, url) for rid, url in targets))
+
+
+def probe_replicas(*, timeout: float = 2.0, failure_threshold: int = 2) -> list[ProbeTransition]:
+    """Probe every live replica once, concurrently, and apply state transitions."""
+    targets = list(Replica.objects.filter(state__in=PROBED_STATES).values_list("id", "url"))
+    if not targets:
+        return []
+    results = asyncio.run(_probe_all(targets, timeout))
+    transitions = []
+    for result in results:
+        transition = _apply(result, failure_threshold)
+        if transition is not None:
+            transitions.append(transition)
+    return transitions
+
+
+def _apply(result: ProbeResult, failure_threshold: int) -> ProbeTransition | None:
+    with transaction.atomic():
+        replica = Replica.objects.select_for_update().filter(id=result.replica_id).first()
+        if replica is None or replica.state not in PROBED_STATES:
+            return None  # removed or drained while we probed
+        old_state = replica.state
+        replica.last_probe_at = timezone.now()
+        if result.ok:
+            replica.consecutive_failures = 0
+            new_state = Replica.State.READY
+        else:
+            replica.consecutive_failures += 1
+            failing = replica.consecutive_failures >= failure_threshold
+            new_state = Replica.State.FAILED if failing else old_state
+        if new_state != old_state:
+            replica.state = new_state
+            replica.state_changed_at = replica.last_probe_at
+        replica.save()
+        if new_state == old_state:
+            return None
+        _record_transition(replica, old_state, result)
+        return ProbeTransition(replica.name, old_state, new_state)
+
+
+def _record_transition(replica: Replica, old_state: str, result: ProbeResult) -> None:
+    if replica.state == Replica.State.READY:
+        kind = "replica_recovered" if old_state == Replica.State.FAILED else "replica_ready"
+        Event.record(kind, f"{replica.name} is ready", subject=replica.name, previous=old_state)
+    else:
+        Event.record(
+            "probe_failed",
+            f"{replica.name} failed {replica.consecutive_failures} probes: {result.detail}",
+            subject=replica.name,
+            severity=Event.Severity.WARNING,
+            previous=old_state,
+            detail=result.detail,
+        )

@@ -1,0 +1,18 @@
+"""Celery beat schedule.  Periods come from settings; every entry expires before its
+next run so a slow worker never piles probes up behind each other."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+
+
+def _every(task: str, period_s: float) -> dict[str, Any]:
+    return {"task": task, "schedule": period_s, "options": {"expires": period_s * 0.8}}
+
+
+def beat_schedule() -> dict[str, dict[str, Any]]:
+    return {
+        "probe-replicas": _every("workers.tasks.probe_replicas", settings.MERIDIAN_PROBE_PERIOD_S),
+    }
