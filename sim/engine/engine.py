@@ -1,0 +1,319 @@
+"""A step-driven emulation of vLLM V1's engine core: scheduler + KV cache + timing.
+
+Nothing here does I/O or sleeps.  ``step()`` schedules one batch, "runs" it by
+advancing the engine's modeled clock by the profile's step time, and returns
+what happened; an async driver sleeps that long (times a time scale) and a
+discrete-event simulator just jumps its clock.
+
+Scheduling follows vLLM V1's ``Scheduler.schedule`` with the FCFS policy:
+
+1. Running requests first, in admission order.  Each gets the tokens it still
+   needs (one to decode, or the rest of its prompt), capped by the remaining
+   ``max_num_batched_tokens`` budget, which is what chunks a long prefill over
+   several steps.  When its next block cannot be allocated, the *newest*
+   running request is preempted by recompute: its blocks are freed and it goes
+   back to the front of the waiting queue with no computed tokens (its
+   generated tokens are kept and recomputed later, mostly from the cache).
+2. Then, only if nothing was preempted this step, waiting requests are
+   admitted first-come-first-served while ``max_num_seqs`` and the token budget
+   allow and their blocks can be allocated.  A request's cached prefix is the
+   longest run of its leading block hashes found in the cache; the request
+   that cannot get blocks blocks the queue behind it (head-of-line, as vLLM).
+3. Every scheduled request whose tokens are now all computed samples one token.
+
+When a prompt is fully cached, the last block is still recomputed (the
+lookup is capped at ``num_tokens - 1`` tokens), because the model must run on
+at least one token to produce logits; vLLM does the same.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass, field
+
+from routing.core.blocks import BLOCK_SIZE, DEFAULT_SEED
+from sim.engine.block_pool import BlockPool
+from sim.engine.events import KVEventBuffer
+from sim.engine.profiles import get_profile
+from sim.engine.request import EngineRequest, FinishReason, OutputLengthModel, RequestStatus
+from sim.engine.stats import EngineStats
+from sim.engine.vocab import Vocabulary
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """vLLM's knobs that shape scheduling, plus the emulation's own."""
+
+    num_blocks: int = 2048
+    block_size: int = BLOCK_SIZE
+    max_num_seqs: int = 64
+    max_num_batched_tokens: int = 2048
+    max_model_len: int = 8192
+    enable_prefix_caching: bool = True
+    hash_seed: str = DEFAULT_SEED
+    profile: str = "l4-llama3.1-8b"
+    seed: int = 0
+    output_lengths: OutputLengthModel = field(default_factory=OutputLengthModel)
+    event_buffer_size: int = 10_000
+
+
+@dataclass(frozen=True)
+class RequestOutput:
+    """What one request got from a step (or from an abort)."""
+
+    request_id: str
+    new_token_ids: list[int]
+    finish_reason: FinishReason | None
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: int
+
+
+@dataclass(frozen=True)
+class StepResult:
+    outputs: list[RequestOutput]
+    num_prefill_tokens: int
+    num_decode_tokens: int
+    num_preempted: int
+    duration_s: float
+    clock: float
+
+
+class Engine:
+    """Requests in, tokens out, one modeled forward pass per ``step()``."""
+
+    def __init__(self, config: EngineConfig, vocab: Vocabulary) -> None:
+        self.config = config
+        self.vocab = vocab
+        self.profile = get_profile(config.profile)
+        self.events = KVEventBuffer(config.event_buffer_size)
+        self.pool = BlockPool(
+            config.num_blocks,
+            config.block_size,
+            self.events,
+            enable_caching=config.enable_prefix_caching,
+        )
+        # A sequence longer than the whole cache could never be scheduled.
+        self.max_model_len = min(config.max_model_len, config.num_blocks * config.block_size)
+        self.requests: dict[str, EngineRequest] = {}
+        self.waiting: deque[EngineRequest] = deque()
+        self.running: list[EngineRequest] = []
+        self.stats = EngineStats()
+        self.clock = 0.0
+        self.slowdown = 1.0
+
+    # -- state -------------------------------------------------------------
+    @property
+    def num_running(self) -> int:
+        return len(self.running)
+
+    @property
+    def num_waiting(self) -> int:
+        return len(self.waiting)
+
+    @property
+    def kv_usage(self) -> float:
+        return self.pool.usage
+
+    def has_work(self) -> bool:
+        return bool(self.running or self.waiting)
+
+    def advance_clock(self, now: float) -> None:
+        """Move the modeled clock forward to ``now`` (idle time passes too)."""
+        self.clock = max(self.clock, now)
+
+    # -- requests ----------------------------------------------------------
+    def add_request(self, request: EngineRequest) -> None:
+        """Queue a request; ValueError if it can never fit (the API answers 400)."""
+        if request.request_id in self.requests:
+            raise ValueError(f"duplicate request id {request.request_id!r}")
+        if not request.prompt_token_ids:
+            raise ValueError("the prompt must contain at least one token")
+        if request.max_tokens < 1:
+            raise ValueError("max_tokens must be at least 1")
+        if request.num_prompt_tokens + request.max_tokens > self.max_model_len:
+            raise ValueError(
+                f"This model's maximum context length is {self.max_model_len} tokens. "
+                f"However, you requested {request.num_prompt_tokens + request.max_tokens} "
+                f"tokens ({request.num_prompt_tokens} in the messages, "
+                f"{request.max_tokens} in the completion)."
+            )
+        cfg = self.config
+        request.start(self.clock, cfg.hash_seed, cfg.block_size)
+        request.rng = cfg.output_lengths.rng_for(request.prompt_token_ids, request.seed, cfg.seed)
+        sampled = cfg.output_lengths.sample(request.rng)
+        request.target_output_len = (
+            request.max_tokens if request.ignore_eos else min(sampled, request.max_tokens)
+        )
+        self.requests[request.request_id] = request
+        self.waiting.append(request)
+
+    def abort(self, request_id: str) -> RequestOutput | None:
+        """Drop a request wherever it is; its blocks go back to the pool."""
+        request = self.requests.get(request_id)
+        if request is None:
+            return None
+        if request.status is RequestStatus.RUNNING:
+            self.running.remove(request)
+        else:
+            self.waiting.remove(request)
+        return self._finish(request, FinishReason.ABORT, [])
+
+    def reset_prefix_cache(self) -> bool:
+        return self.pool.reset_prefix_cache()
+
+    # -- the step ----------------------------------------------------------
+    def step(self) -> StepResult:
+        """Schedule one batch, advance the clock by its modeled time, emit tokens."""
+        budget = self.config.max_num_batched_tokens
+        scheduled, budget, preempted = self._schedule_running(budget)
+        if not preempted:
+            scheduled += self._schedule_waiting(budget)
+        prefill, decode, context = self._execute(scheduled)
+        duration = self.profile.step_seconds(prefill, decode, context) * self.slowdown
+        self.clock += duration
+        if scheduled:
+            self.stats.steps += 1
+            self.stats.busy_seconds += duration
+        outputs = [out for req, _ in scheduled if (out := self._sample(req)) is not None]
+        return StepResult(outputs, prefill, decode, preempted, duration, self.clock)
+
+    def _schedule_running(self, budget: int) -> tuple[list[tuple[EngineRequest, int]], int, int]:
+        scheduled: list[tuple[EngineRequest, int]] = []
+        preempted = 0
+        index = 0
+        while index < len(self.running) and budget > 0:
+            request = self.running[index]
+            num_new = min(request.num_tokens - request.num_computed_tokens, budget)
+            while not self._allocate(request, num_new, []):
+                victim = self.running.pop()
+                self._preempt(victim)
+                preempted += 1
+                if victim is request:
+                    return scheduled, budget, preempted
+            scheduled.append((request, num_new))
+            budget -= num_new
+            index += 1
+        return scheduled, budget, preempted
+
+    def _schedule_waiting(self, budget: int) -> list[tuple[EngineRequest, int]]:
+        scheduled: list[tuple[EngineRequest, int]] = []
+        while self.waiting and budget > 0 and len(self.running) < self.config.max_num_seqs:
+            request = self.waiting[0]
+            hit_blocks = self._lookup_prefix(request)
+            num_computed = len(hit_blocks) * self.config.block_size
+            num_new = min(request.num_tokens - num_computed, budget)
+            if not self._allocate(request, num_new, hit_blocks):
+                break
+            self.waiting.popleft()
+            request.num_computed_tokens = num_computed
+            request.num_cached_blocks = len(hit_blocks)
+            request.status = RequestStatus.RUNNING
+            self.running.append(request)
+            scheduled.append((request, num_new))
+            budget -= num_new
+        return scheduled
+
+    def _lookup_prefix(self, request: EngineRequest) -> list[int]:
+        # Cap at num_tokens - 1 so at least one token is computed (for logits).
+        max_blocks = (request.num_tokens - 1) // self.config.block_size
+        hits = self.pool.lookup_prefix(request.block_hashes, max_blocks)
+        if request.num_cached_tokens < 0:  # first scheduling, not a resumed preemption
+            request.num_cached_tokens = len(hits) * self.config.block_size
+            self.stats.prefix_cache_queries += request.num_tokens
+            self.stats.prefix_cache_hits += request.num_cached_tokens
+        return hits
+
+    def _allocate(self, request: EngineRequest, num_new: int, hit_blocks: list[int]) -> bool:
+        """Give ``request`` blocks for ``num_new`` more tokens (after any cache hits)."""
+        size = self.config.block_size
+        held = len(request.blocks) + len(hit_blocks)
+        computed = request.num_computed_tokens + len(hit_blocks) * size
+        needed = max(0, math.ceil((computed + num_new) / size) - held)
+        if needed + self.pool.num_evictable(hit_blocks) > self.pool.num_free:
+            return False
+        self.pool.touch(hit_blocks)
+        new_blocks = self.pool.allocate(needed)
+        assert new_blocks is not None  # guaranteed by the free-count check above
+        request.blocks += hit_blocks + new_blocks
+        return True
+
+    def _preempt(self, request: EngineRequest) -> None:
+        self.pool.free(request.blocks)
+        request.blocks = []
+        request.num_computed_tokens = 0
+        request.num_cached_blocks = 0
+        request.status = RequestStatus.PREEMPTED
+        self.waiting.appendleft(request)
+        self.stats.preemptions += 1
+
+    def _execute(self, scheduled: list[tuple[EngineRequest, int]]) -> tuple[int, int, int]:
+        """Mark the batch computed and cache its new full blocks; return token counts."""
+        prefill = decode = context = 0
+        for request, num_new in scheduled:
+            is_decode = num_new == 1 and request.num_computed_tokens >= request.num_prompt_tokens
+            if is_decode:
+                decode += 1
+            else:
+                prefill += num_new
+            context += request.num_computed_tokens
+            request.num_computed_tokens += num_new
+            self._cache_blocks(request)
+        return prefill, decode, context
+
+    def _cache_blocks(self, request: EngineRequest) -> None:
+        full = min(request.num_computed_tokens // self.config.block_size, len(request.block_hashes))
+        start = request.num_cached_blocks
+        if full <= start:
+            return
+        parent = request.block_hashes[start - 1] if start else None
+        self.pool.cache_full_blocks(
+            request.blocks, request.block_hashes, start, full, request.token_ids, parent
+        )
+        request.num_cached_blocks = full
+
+    def _sample(self, request: EngineRequest) -> RequestOutput | None:
+        """Sample a token for a request whose tokens are all computed (not mid-prefill)."""
+        if request.num_computed_tokens < request.num_tokens:
+            return None
+        assert request.rng is not None
+        token = self.vocab.token_ids[request.rng.randrange(len(self.vocab))]
+        cfg = self.config
+        request.append_token(token, cfg.hash_seed, cfg.block_size)
+        self.stats.generation_tokens += 1
+        if request.first_token_time is None:
+            request.first_token_time = self.clock
+            self.stats.ttft.observe(self.clock - request.arrival_time)
+            self.stats.prompt_tokens += request.num_prompt_tokens
+        reason = request.finish_reason_after_token(self.max_model_len)
+        if reason is None:
+            return self._output(request, [token], None)
+        self.running.remove(request)
+        return self._finish(request, reason, [token])
+
+    def _finish(
+        self, request: EngineRequest, reason: FinishReason, new_tokens: list[int]
+    ) -> RequestOutput:
+        self.pool.free(request.blocks)
+        request.blocks = []
+        request.status = RequestStatus.FINISHED
+        request.finish_reason = reason
+        del self.requests[request.request_id]
+        self.stats.finished[reason.value] += 1
+        if reason is not FinishReason.ABORT:
+            self.stats.e2e.observe(self.clock - request.arrival_time)
+        return self._output(request, new_tokens, reason)
+
+    @staticmethod
+    def _output(
+        request: EngineRequest, new_tokens: list[int], reason: FinishReason | None
+    ) -> RequestOutput:
+        return RequestOutput(
+            request_id=request.request_id,
+            new_token_ids=new_tokens,
+            finish_reason=reason,
+            prompt_tokens=request.num_prompt_tokens,
+            completion_tokens=request.num_output_tokens,
+            cached_tokens=max(0, request.num_cached_tokens),
+        )

@@ -1,0 +1,101 @@
+"""Step-time profiles: how long one engine step takes on a given GPU and model.
+
+A vLLM V1 step runs one forward pass over a flat batch that mixes prefill
+chunks and single decode tokens.  Its duration is modeled as the sum of four
+terms, each tied to a hardware figure:
+
+    t = fixed_s                          # read all weights once + launch overhead
+      + prefill_s_per_token * P          # compute-bound GEMMs for P prefill tokens
+      + decode_s_per_seq    * D          # per-sequence GEMM/sampling work for D decodes
+      + kv_read_s_per_token * C          # attention reads the KV of C context tokens
+
+where ``C`` is the number of already-cached tokens every scheduled request
+attends to.  Decode at small batch is memory-bound (the ``fixed_s`` weight
+read dominates); it grows with batch size (``D``) and context (``C``), which is
+what makes a replica with a long queue slower per token, and prefill of a long
+prompt is compute-bound and linear in its length.
+
+Calibration of ``l4-llama3.1-8b`` (Llama-3.1-8B on one NVIDIA L4, vLLM, FP8
+weights so that the 24 GB card keeps room for KV cache):
+
+* L4 datasheet: 300 GB/s memory bandwidth, 121 dense FP16/BF16 TFLOPS
+  (242 dense FP8).  Llama-3.1-8B: 32 layers, 8 KV heads x 128 dims.
+* Weights ~8.5 GB in FP8 -> 28 ms per full read at 300 GB/s; with kernel
+  launch and sampling overhead ``fixed_s = 30 ms``.  This matches the
+  30-40 ms inter-token latency commonly reported for a single stream.
+* Prefill: ~2 x 8e9 FLOPs per token.  Published vLLM runs on one L4 show a
+  time-to-first-token of about 0.3 s for a 512-token prompt, i.e. about
+  30 TFLOPS effective (25 % of BF16 peak, typical for this card): after the
+  fixed term, ``prefill_s_per_token = 0.53 ms``.
+* KV cache in FP16: 2 (K,V) x 32 layers x 8 heads x 128 dims x 2 bytes =
+  128 KiB per token; read at 300 GB/s -> ``kv_read_s_per_token = 0.44 us``.
+  A batch of 32 requests with 1 000 tokens of context adds ~14 ms per step.
+* ``decode_s_per_seq = 0.3 ms``: the per-token GEMM work that stops hiding
+  under the weight read once the batch is large (64 sequences add ~19 ms).
+
+So a lone decode step is ~31 ms; 64 sequences at 2 000 tokens of context take
+~105 ms; prefilling 512 tokens takes ~0.30 s.
+
+``h100-llama3.1-8b`` scales the same terms to an H100 SXM (3.35 TB/s,
+989 dense BF16 TFLOPS, BF16 weights of 16 GB -> ~5 ms read, ~40 % MFU in
+prefill): ~7 ms decode steps and ~27 ms for a 512-token prefill.
+
+These are assumptions for benchmarking routing policies, not measurements: the
+relative costs (prefill vs decode, queueing vs cache hits) are what matter.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class StepTimeProfile:
+    """Coefficients of the step-time model above, in seconds."""
+
+    name: str
+    fixed_s: float
+    prefill_s_per_token: float
+    decode_s_per_seq: float
+    kv_read_s_per_token: float
+
+    def step_seconds(self, prefill_tokens: int, decode_seqs: int, context_tokens: int) -> float:
+        """Modeled duration of one step; zero when nothing is scheduled."""
+        if prefill_tokens == 0 and decode_seqs == 0:
+            return 0.0
+        return (
+            self.fixed_s
+            + self.prefill_s_per_token * prefill_tokens
+            + self.decode_s_per_seq * decode_seqs
+            + self.kv_read_s_per_token * context_tokens
+        )
+
+
+PROFILES: dict[str, StepTimeProfile] = {
+    profile.name: profile
+    for profile in (
+        StepTimeProfile(
+            name="l4-llama3.1-8b",
+            fixed_s=0.030,
+            prefill_s_per_token=0.53e-3,
+            decode_s_per_seq=0.3e-3,
+            kv_read_s_per_token=0.44e-6,
+        ),
+        StepTimeProfile(
+            name="h100-llama3.1-8b",
+            fixed_s=0.007,
+            prefill_s_per_token=0.04e-3,
+            decode_s_per_seq=0.05e-3,
+            kv_read_s_per_token=0.04e-6,
+        ),
+    )
+}
+
+
+def get_profile(name: str) -> StepTimeProfile:
+    """The profile registered under ``name``; a clear error lists the known ones."""
+    try:
+        return PROFILES[name]
+    except KeyError:
+        known = ", ".join(sorted(PROFILES))
+        raise ValueError(f"unknown step-time profile {name!r}; known profiles: {known}") from None

@@ -1,0 +1,63 @@
+"""Counters and histograms an engine keeps, named after vLLM's Prometheus metrics.
+
+Token counts follow vLLM's conventions: a prefix-cache *query* is every token
+of a request looked up when it is first scheduled and a *hit* is every token
+found cached (``vllm:prefix_cache_queries`` / ``vllm:prefix_cache_hits``);
+``prompt_tokens`` counts a request's whole prompt once, when its prefill
+completes; ``generation_tokens`` counts every sampled token.  Latencies are in
+the engine's modeled seconds.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import Counter
+from dataclasses import dataclass, field
+
+# vLLM's bucket boundaries (vllm/v1/metrics/loggers.py).
+TTFT_BUCKETS = (
+    0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75,
+    1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0,
+)  # fmt: skip
+E2E_BUCKETS = (
+    0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0,
+    40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0,
+)  # fmt: skip
+
+
+class Histogram:
+    """A Prometheus histogram: per-bucket counts (non-cumulative here), sum and count."""
+
+    def __init__(self, buckets: tuple[float, ...]) -> None:
+        self.buckets = buckets
+        self.counts = [0] * (len(buckets) + 1)  # the last slot is +Inf
+        self.sum = 0.0
+        self.count = 0
+
+    def observe(self, value: float) -> None:
+        self.counts[bisect.bisect_left(self.buckets, value)] += 1
+        self.sum += value
+        self.count += 1
+
+    def cumulative(self) -> list[tuple[str, int]]:
+        """``(le, cumulative count)`` pairs, ending with ``+Inf``, as exposition needs."""
+        total = 0
+        out: list[tuple[str, int]] = []
+        for bound, count in zip((*map(repr, self.buckets), "+Inf"), self.counts, strict=True):
+            total += count
+            out.append((bound, total))
+        return out
+
+
+@dataclass
+class EngineStats:
+    prefix_cache_queries: int = 0
+    prefix_cache_hits: int = 0
+    prompt_tokens: int = 0
+    generation_tokens: int = 0
+    preemptions: int = 0
+    steps: int = 0
+    busy_seconds: float = 0.0
+    finished: Counter[str] = field(default_factory=Counter)
+    ttft: Histogram = field(default_factory=lambda: Histogram(TTFT_BUCKETS))
+    e2e: Histogram = field(default_factory=lambda: Histogram(E2E_BUCKETS))
