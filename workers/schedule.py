@@ -15,4 +15,7 @@ def _every(task: str, period_s: float) -> dict[str, Any]:
 def beat_schedule() -> dict[str, dict[str, Any]]:
     return {
         "probe-replicas": _every("workers.tasks.probe_replicas", settings.MERIDIAN_PROBE_PERIOD_S),
+        "sync-balancers": _every(
+            "workers.tasks.sync_balancers", settings.MERIDIAN_BALANCER_SYNC_PERIOD_S
+        ),
     }
