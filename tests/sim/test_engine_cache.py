@@ -1,0 +1,108 @@
+"""The engine's prefix cache: hits, LRU eviction, KV events, blocking on a full cache."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from routing.core.blocks import block_hashes
+from sim.engine import AllBlocksCleared, BlockRemoved, BlockStored, Engine
+from tests.sim.conftest import fresh_prompt, request, run_to_completion
+
+
+def serve_one(engine: Engine, request_id: str, prompt: list[int], max_tokens: int = 1) -> int:
+    """Run one request alone to completion; return its cached-token count."""
+    engine.add_request(request(request_id, prompt, max_tokens, ignore_eos=True))
+    outputs = [out for result in run_to_completion(engine) for out in result.outputs]
+    assert outputs[-1].finish_reason == "length"
+    return outputs[-1].cached_tokens
+
+
+def test_repeated_prefix_is_served_from_cache(make_engine: Callable[..., Engine]) -> None:
+    engine = make_engine()
+    shared = fresh_prompt(100)
+    assert serve_one(engine, "first", shared) == 0
+    # A second request sharing the first 100 tokens reuses their 6 full blocks.
+    assert serve_one(engine, "second", [*shared, *fresh_prompt(20)]) == 96
+    assert engine.stats.prefix_cache_queries == 100 + 120
+    assert engine.stats.prefix_cache_hits == 96
+
+
+def test_fully_cached_prompt_still_recomputes_its_last_block(
+    make_engine: Callable[..., Engine],
+) -> None:
+    engine = make_engine()
+    prompt = fresh_prompt(64)
+    serve_one(engine, "first", prompt)
+    # vLLM caps the hit at num_tokens - 1: the model must run on at least one token.
+    assert serve_one(engine, "again", prompt) == 48
+
+
+def test_least_recently_used_blocks_are_evicted_first(make_engine: Callable[..., Engine]) -> None:
+    engine = make_engine(num_blocks=10)
+    prompt_a, prompt_b = fresh_prompt(40), fresh_prompt(40)
+    serve_one(engine, "a", prompt_a)
+    serve_one(engine, "b", prompt_b)
+    assert serve_one(engine, "a-again", prompt_a) == 32  # A is now more recent than B
+    engine.events.drain()
+
+    serve_one(engine, "big", fresh_prompt(128))  # needs 8 of the 10 blocks
+
+    removed = [
+        h for e in engine.events.drain() if isinstance(e, BlockRemoved) for h in e.block_hashes
+    ]
+    # Only B's blocks go, tail first: a request frees its blocks in reverse order.
+    assert removed == block_hashes(prompt_b)[::-1]
+    assert serve_one(engine, "a-third", prompt_a) == 32
+    assert serve_one(engine, "b-again", prompt_b) == 0
+
+
+def test_block_stored_events_chain_prompt_and_generated_blocks(
+    make_engine: Callable[..., Engine],
+) -> None:
+    engine = make_engine()
+    prompt = fresh_prompt(40)
+    engine.add_request(request("r", prompt, 30, ignore_eos=True))
+    run_to_completion(engine)
+
+    stored = [e for e in engine.events.drain() if isinstance(e, BlockStored)]
+    prompt_hashes = block_hashes(prompt)
+    assert stored[0].block_hashes == prompt_hashes
+    assert stored[0].parent_block_hash is None
+    assert stored[0].token_ids == prompt[:32]
+    assert stored[0].block_size == 16
+    # 40 prompt + 30 generated tokens = 4 full blocks; the later ones chain on the prompt's.
+    later = [h for e in stored[1:] for h in e.block_hashes]
+    assert len(later) == 2
+    assert stored[1].parent_block_hash == prompt_hashes[-1]
+
+
+def test_reset_prefix_cache_clears_everything(make_engine: Callable[..., Engine]) -> None:
+    engine = make_engine()
+    prompt = fresh_prompt(48)
+    serve_one(engine, "r", prompt)
+    assert engine.reset_prefix_cache()
+    assert isinstance(engine.events.drain()[-1], AllBlocksCleared)
+    assert serve_one(engine, "r2", prompt) == 0
+
+
+def test_requests_wait_while_the_cache_is_full_and_run_once_blocks_free(
+    make_engine: Callable[..., Engine],
+) -> None:
+    engine = make_engine(num_blocks=8)
+    engine.add_request(request("big", fresh_prompt(80), 20, ignore_eos=True))  # 5..7 blocks
+    engine.add_request(request("next", fresh_prompt(60), 5, ignore_eos=True))  # needs 4
+    first = engine.step()
+    assert (engine.num_running, engine.num_waiting) == (1, 1)
+    assert engine.kv_usage == pytest.approx(5 / 8)
+
+    finished: list[str] = []
+    while engine.has_work():
+        result = engine.step()
+        finished += [o.request_id for o in result.outputs if o.finish_reason]
+        if "big" not in finished:
+            assert engine.num_waiting == 1, "the second request ran before blocks were freed"
+    assert finished == ["big", "next"]
+    assert first.outputs[0].request_id == "big"
+    assert engine.kv_usage == 0.0
