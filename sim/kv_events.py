@@ -1,0 +1,53 @@
+"""Publish an engine's KV cache events over ZMQ, in vLLM's wire format.
+
+vLLM's ``ZmqEventPublisher`` sends each batch of events as three frames on a
+PUB socket: the topic, an 8-byte big-endian sequence number, and a msgpack
+payload ``[timestamp, [event, ...], data_parallel_rank]`` in which each event
+is a tagged array (``["BlockStored", block_hashes, parent_block_hash,
+token_ids, block_size, lora_id]``, ``["BlockRemoved", block_hashes]``,
+``["AllBlocksCleared"]``).  One batch is sent per engine step.  A consumer
+detects lost batches by a gap in the sequence numbers; PUB drops when nobody
+reads, so an absent consumer never slows the engine.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+import msgpack
+import zmq
+
+from sim.engine.events import KVEvent
+
+
+class KVEventPublisher:
+    """A bound ZMQ PUB socket that sends one message per batch of events."""
+
+    def __init__(self, endpoint: str, *, topic: str = "", data_parallel_rank: int = 0) -> None:
+        self.endpoint = endpoint
+        self.topic = topic.encode()
+        self.data_parallel_rank = data_parallel_rank
+        self.sequence = 0
+        self._socket = zmq.Context.instance().socket(zmq.PUB)
+        self._socket.setsockopt(zmq.LINGER, 0)
+        self._socket.setsockopt(zmq.SNDHWM, 100_000)
+        self._socket.bind(endpoint)
+
+    def publish(self, events: Sequence[KVEvent], timestamp: float | None = None) -> None:
+        if not events:
+            return
+        payload = msgpack.packb(
+            [
+                time.time() if timestamp is None else timestamp,
+                [event.as_wire() for event in events],
+                self.data_parallel_rank,
+            ],
+            use_bin_type=True,
+        )
+        frames = [self.topic, self.sequence.to_bytes(8, "big"), payload]
+        self._socket.send_multipart(frames, flags=zmq.NOBLOCK)
+        self.sequence += 1
+
+    def close(self) -> None:
+        self._socket.close(linger=0)

@@ -1,0 +1,391 @@
+"""One emulated vLLM replica as a plain ASGI application.
+
+``EngineDriver`` runs the pure ``Engine`` in real time: while there is work it
+calls ``step()``, sleeps the step's modeled duration times ``time_scale`` and
+then hands each request its new tokens; with no work it waits on an event, so
+an idle replica costs no CPU.  ``Replica`` is the HTTP face, speaking vLLM's
+OpenAI-compatible API (``/v1/chat/completions``, ``/v1/completions``,
+``/v1/models``, ``/health``, ``/metrics``) plus two operator hooks:
+``/fault`` for failure drills and vLLM's ``/reset_prefix_cache``.
+
+Every generation is raced against the client's ``http.disconnect``: when the
+client goes away, during prefill or decode, streaming or not, the request is
+aborted in the engine, its blocks freed and it is counted with
+``finished_reason="abort"`` (vLLM behaves the same), so running + waiting
+drain back to zero.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any
+
+from routing.core.tokenizer import Tokenizer
+from sim.engine import Engine, EngineRequest, RequestOutput
+from sim.engine import openai_protocol as api
+from sim.engine.prometheus import render_metrics
+from sim.kv_events import KVEventPublisher
+
+Scope = dict[str, Any]
+Receive = Callable[[], Awaitable[dict[str, Any]]]
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+Handler = Callable[[bytes, Receive, Send], Awaitable[None]]
+
+FAULT_MODES = ("none", "die", "hang", "slow", "reject")
+logger = logging.getLogger(__name__)
+
+
+class EngineDriver:
+    """Steps an engine in scaled real time and routes its outputs to waiting requests."""
+
+    def __init__(
+        self, engine: Engine, *, time_scale: float, publisher: KVEventPublisher | None = None
+    ) -> None:
+        self.engine = engine
+        self.time_scale = time_scale
+        self.publisher = publisher
+        self.paused = False
+        self._streams: dict[str, asyncio.Queue[RequestOutput]] = {}
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._started = time.monotonic()
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def stop(self) -> None:
+        self.abort_all()
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        if self.publisher is not None:
+            self.publisher.close()
+
+    def submit(self, request: EngineRequest) -> asyncio.Queue[RequestOutput]:
+        """Queue ``request``; its outputs arrive on the returned queue.  ValueError if invalid."""
+        if not self.engine.has_work():
+            # Idle wall time passes on the modeled clock too; while busy the clock
+            # is driven by step times alone, so latencies stay modeled, not measured.
+            self.engine.advance_clock((time.monotonic() - self._started) / self.time_scale)
+        self.engine.add_request(request)
+        queue: asyncio.Queue[RequestOutput] = asyncio.Queue()
+        self._streams[request.request_id] = queue
+        self._wake.set()
+        return queue
+
+    def abort(self, request_id: str) -> None:
+        """Abort a request if the engine still has it (a no-op once it finished)."""
+        output = self.engine.abort(request_id)
+        queue = self._streams.pop(request_id, None)
+        if output is not None and queue is not None:
+            queue.put_nowait(output)
+
+    def abort_all(self) -> None:
+        for request_id in list(self.engine.requests):
+            self.abort(request_id)
+
+    def set_paused(self, paused: bool) -> None:
+        self.paused = paused
+        self._wake.set()
+
+    async def _run(self) -> None:
+        while True:
+            if self.paused or not self.engine.has_work():
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            result = self.engine.step()
+            # Tokens exist only once the forward pass is over: sleep first, then deliver.
+            await asyncio.sleep(result.duration_s * self.time_scale)
+            for output in result.outputs:
+                self._deliver(output)
+            events = self.engine.events.drain()
+            if self.publisher is not None:
+                self.publisher.publish(events)
+
+    def _deliver(self, output: RequestOutput) -> None:
+        if output.finish_reason is None:
+            queue = self._streams.get(output.request_id)
+        else:
+            queue = self._streams.pop(output.request_id, None)
+        if queue is not None:  # None: aborted while the step was running
+            queue.put_nowait(output)
+
+
+class Replica:
+    """The ASGI application of one replica: OpenAI API, metrics, health and faults."""
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        engine: Engine,
+        model: str,
+        tokenizer: Tokenizer,
+        time_scale: float,
+        publisher: KVEventPublisher | None = None,
+    ) -> None:
+        self.name = name
+        self.engine = engine
+        self.model = model
+        self.tokenizer = tokenizer
+        self.driver = EngineDriver(engine, time_scale=time_scale, publisher=publisher)
+        self.fault = "none"
+        self.slow_factor = 1.0
+        self.on_die: Callable[[], None] = lambda: None
+        self._unhung = asyncio.Event()
+        self._unhung.set()
+        self._created = int(time.time())
+        self._routes: dict[tuple[str, str], Handler] = {
+            ("GET", "/health"): self._health,
+            ("GET", "/v1/models"): self._models,
+            ("GET", "/metrics"): self._metrics,
+            ("POST", "/v1/chat/completions"): self._chat,
+            ("POST", "/v1/completions"): self._completion,
+            ("GET", "/fault"): self._get_fault,
+            ("POST", "/fault"): self._post_fault,
+            ("POST", "/reset_prefix_cache"): self._reset_prefix_cache,
+        }
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or self.fault == "die":
+            return
+        body = await _read_body(receive)
+        if body is None:
+            return
+        path, method = scope["path"], scope["method"]
+        if path != "/fault":  # the drill must always be able to clear a fault
+            if self.fault == "hang" and not await _until_disconnect(receive, self._unhung.wait()):
+                return
+            if self.fault == "reject":
+                error = api.APIError(f"replica {self.name} is rejecting requests", status=503)
+                await _send_json(send, 503, error.body | {"replica": self.name})
+                return
+        handler = self._routes.get((method, path))
+        if handler is not None:
+            await handler(body, receive, send)
+        elif any(route_path == path for _, route_path in self._routes):
+            await _send_json(send, 405, {"detail": "Method Not Allowed"})
+        else:
+            await _send_json(send, 404, {"detail": "Not Found"})
+
+    # -- plain endpoints ----------------------------------------------------
+    async def _health(self, body: bytes, receive: Receive, send: Send) -> None:
+        await _send(send, 200, b"", "text/plain")
+
+    async def _models(self, body: bytes, receive: Receive, send: Send) -> None:
+        await _send_json(
+            send, 200, api.models_list(self.model, self._created, self.engine.max_model_len)
+        )
+
+    async def _metrics(self, body: bytes, receive: Receive, send: Send) -> None:
+        text = render_metrics(self.engine, self.model)
+        await _send(send, 200, text.encode(), "text/plain; version=0.0.4; charset=utf-8")
+
+    async def _reset_prefix_cache(self, body: bytes, receive: Receive, send: Send) -> None:
+        if not self.engine.reset_prefix_cache():
+            await _send_json(send, 409, api.APIError("blocks are in use", status=409).body)
+            return
+        if self.driver.publisher is not None:
+            self.driver.publisher.publish(self.engine.events.drain())
+        await _send(send, 200, b"", "text/plain")
+
+    # -- faults ----------------------------------------------------------------
+    async def _get_fault(self, body: bytes, receive: Receive, send: Send) -> None:
+        await _send_json(send, 200, self._fault_state())
+
+    async def _post_fault(self, body: bytes, receive: Receive, send: Send) -> None:
+        try:
+            mode, factor = _parse_fault(body)
+        except api.APIError as exc:
+            await _send_json(send, exc.status, exc.body)
+            return
+        self.set_fault(mode, factor)
+        await _send_json(send, 200, self._fault_state())
+
+    def _fault_state(self) -> dict[str, Any]:
+        return {"replica": self.name, "mode": self.fault, "factor": self.slow_factor}
+
+    def set_fault(self, mode: str, factor: float = 4.0) -> None:
+        """Enter fault ``mode``; each mode replaces the previous one."""
+        if mode not in FAULT_MODES:
+            raise ValueError(f"unknown fault mode {mode!r}; expected one of {FAULT_MODES}")
+        self.fault = mode
+        self.slow_factor = factor if mode == "slow" else 1.0
+        self.engine.slowdown = self.slow_factor
+        self.driver.set_paused(mode == "hang")
+        if mode == "hang":
+            self._unhung.clear()
+        else:
+            self._unhung.set()
+        if mode == "die":
+            logger.warning("replica %s: fault 'die', going away", self.name)
+            # Let the drill's own response leave before the sockets are torn down.
+            asyncio.get_running_loop().call_later(0.05, self._die)
+
+    def _die(self) -> None:
+        self.driver.abort_all()
+        self.on_die()
+
+    # -- generation ------------------------------------------------------------
+    async def _chat(self, body: bytes, receive: Receive, send: Send) -> None:
+        await self._generate("chat", body, receive, send)
+
+    async def _completion(self, body: bytes, receive: Receive, send: Send) -> None:
+        await self._generate("completion", body, receive, send)
+
+    async def _generate(self, kind: api.Kind, body: bytes, receive: Receive, send: Send) -> None:
+        try:
+            request = api.parse_generation(
+                kind,
+                body,
+                model=self.model,
+                tokenizer=self.tokenizer,
+                max_model_len=self.engine.max_model_len,
+            )
+            request_id = f"{'chatcmpl' if kind == 'chat' else 'cmpl'}-{uuid.uuid4().hex}"
+            queue = self.driver.submit(
+                EngineRequest(
+                    request_id,
+                    request.prompt_token_ids,
+                    request.max_tokens,
+                    ignore_eos=request.ignore_eos,
+                    seed=request.seed,
+                )
+            )
+        except api.APIError as exc:
+            await _send_json(send, exc.status, exc.body)
+            return
+        except ValueError as exc:
+            await _send_json(send, 400, api.APIError(str(exc)).body)
+            return
+        respond = self._stream if request.stream else self._complete
+        try:
+            await _until_disconnect(receive, respond(request, request_id, queue, send))
+        finally:
+            self.driver.abort(request_id)  # frees the blocks unless it already finished
+
+    async def _stream(
+        self,
+        request: api.GenerationRequest,
+        request_id: str,
+        queue: asyncio.Queue[RequestOutput],
+        send: Send,
+    ) -> None:
+        kind, created = request.kind, int(time.time())
+        await send(_start(200, "text/event-stream; charset=utf-8"))
+        if kind == "chat":
+            await _sse(send, api.stream_chunk(kind, request_id, created, self.model, None, None))
+        last = None
+        while last is None or last.finish_reason is None:
+            outputs = await _drain(queue)
+            last = outputs[-1]
+            text = self.engine.vocab.text([t for out in outputs for t in out.new_token_ids])
+            finish = last.finish_reason.value if last.finish_reason else None
+            chunk = api.stream_chunk(kind, request_id, created, self.model, text, finish)
+            await _sse(send, chunk)
+        if request.include_usage:
+            usage = api.usage(last.prompt_tokens, last.completion_tokens, last.cached_tokens)
+            await _sse(send, api.usage_chunk(kind, request_id, created, self.model, usage))
+        await send({"type": "http.response.body", "body": b"data: [DONE]\n\n", "more_body": False})
+
+    async def _complete(
+        self,
+        request: api.GenerationRequest,
+        request_id: str,
+        queue: asyncio.Queue[RequestOutput],
+        send: Send,
+    ) -> None:
+        tokens: list[int] = []
+        while True:
+            output = await queue.get()
+            tokens += output.new_token_ids
+            if output.finish_reason is not None:
+                break
+        usage = api.usage(output.prompt_tokens, output.completion_tokens, output.cached_tokens)
+        text = self.engine.vocab.text(tokens)
+        response = api.full_response(
+            request.kind, request_id, int(time.time()), self.model, text,
+            output.finish_reason.value, usage,
+        )  # fmt: skip
+        await _send_json(send, 200, response)
+
+
+# -- ASGI helpers ------------------------------------------------------------------
+async def _read_body(receive: Receive) -> bytes | None:
+    """The whole request body, or None if the client left before sending it."""
+    chunks: list[bytes] = []
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return None
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            return b"".join(chunks)
+
+
+async def _until_disconnect(receive: Receive, work: Coroutine[Any, Any, Any]) -> bool:
+    """Run ``work`` until it ends or the client disconnects; True if it ended first."""
+    task = asyncio.ensure_future(work)
+    watcher = asyncio.ensure_future(_wait_disconnect(receive))
+    try:
+        await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        task.cancel()
+        watcher.cancel()
+        await asyncio.gather(task, watcher, return_exceptions=True)
+    if task.cancelled():
+        return False
+    task.result()  # re-raise a failure of the work itself
+    return True
+
+
+async def _wait_disconnect(receive: Receive) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+async def _drain(queue: asyncio.Queue[RequestOutput]) -> list[RequestOutput]:
+    """Wait for one output, then take every other one already queued (coalesced chunks)."""
+    outputs = [await queue.get()]
+    while not queue.empty():
+        outputs.append(queue.get_nowait())
+    return outputs
+
+
+def _parse_fault(body: bytes) -> tuple[str, float]:
+    try:
+        payload = json.loads(body or b"{}")
+    except json.JSONDecodeError:
+        raise api.APIError("The fault body must be JSON.") from None
+    mode = payload.get("mode") if isinstance(payload, dict) else None
+    if mode not in FAULT_MODES:
+        raise api.APIError(f"`mode` must be one of {', '.join(FAULT_MODES)}.", param="mode")
+    factor = payload.get("factor", 4.0)
+    if isinstance(factor, bool) or not isinstance(factor, int | float) or factor <= 0:
+        raise api.APIError("`factor` must be a positive number.", param="factor")
+    return mode, float(factor)
+
+
+def _start(status: int, content_type: str) -> dict[str, Any]:
+    headers = [(b"content-type", content_type.encode())]
+    return {"type": "http.response.start", "status": status, "headers": headers}
+
+
+async def _send(send: Send, status: int, body: bytes, content_type: str) -> None:
+    await send(_start(status, content_type))
+    await send({"type": "http.response.body", "body": body, "more_body": False})
+
+
+async def _send_json(send: Send, status: int, payload: dict[str, Any]) -> None:
+    await _send(send, status, json.dumps(payload).encode(), "application/json")
+
+
+async def _sse(send: Send, payload: dict[str, Any]) -> None:
+    data = b"data: " + json.dumps(payload, separators=(",", ":")).encode() + b"\n\n"
+    await send({"type": "http.response.body", "body": data, "more_body": True})

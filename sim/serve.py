@@ -1,0 +1,226 @@
+"""Serve one or more emulated vLLM replicas from one process, each on its own port.
+
+    python -m sim.serve --replica us-a=8101 --replica us-b=8102 \\
+        --model meridian-demo --profile l4-llama3.1-8b --time-scale 0.05 \\
+        --num-blocks 2048 --max-num-seqs 64 --max-num-batched-tokens 2048 \\
+        --host 127.0.0.1 --hash-seed meridian [--kv-events-port-base 5557] \\
+        [--tokenizer-json PATH] [--fault us-b=slow]
+
+Each replica is its own ``Engine`` behind its own uvicorn server; they share
+one event loop (the demo runs nine of them on two cores, and an idle engine
+only waits on an event).  With ``--kv-events-port-base N`` replica *i* (in
+command-line order) publishes KV events on ``tcp://HOST:N+i``.  SIGTERM or
+SIGINT stops every server and exits 0.
+
+The ``die`` fault makes a replica vanish as if its process had died: when it is
+alone in the process the process exits at once (``os._exit``), otherwise its
+listening socket is closed and its open connections are reset, leaving its
+neighbours serving.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import uvicorn
+
+from routing.core.tokenizer import build_tokenizer
+from sim.engine import Engine, EngineConfig, Vocabulary
+from sim.engine.profiles import PROFILES
+from sim.kv_events import KVEventPublisher
+from sim.replica import FAULT_MODES, Replica
+
+logger = logging.getLogger("sim.serve")
+DIE_EXIT_CODE = 137  # what a SIGKILLed process reports, which is what "die" imitates
+
+
+class _QuietServer(uvicorn.Server):
+    """A uvicorn server that leaves signal handling to this module (one handler for all)."""
+
+    def capture_signals(self) -> Any:
+        import contextlib
+
+        return contextlib.nullcontext()
+
+
+@dataclass(frozen=True)
+class ReplicaSpec:
+    name: str
+    port: int
+
+
+def _name_value(text: str, what: str) -> tuple[str, str]:
+    name, sep, value = text.partition("=")
+    if not sep or not name or not value:
+        raise argparse.ArgumentTypeError(f"{what} must look like NAME=VALUE, got {text!r}")
+    return name, value
+
+
+def _replica_spec(text: str) -> ReplicaSpec:
+    name, port = _name_value(text, "--replica")
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        raise argparse.ArgumentTypeError(f"bad port in --replica {text!r}")
+    return ReplicaSpec(name, int(port))
+
+
+def _fault_spec(text: str) -> tuple[str, str]:
+    name, mode = _name_value(text, "--fault")
+    if mode not in FAULT_MODES:
+        raise argparse.ArgumentTypeError(f"--fault mode must be one of {FAULT_MODES}")
+    return name, mode
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {text}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m sim.serve", description=__doc__.split("\n")[0])
+    p.add_argument(
+        "--replica",
+        type=_replica_spec,
+        action="append",
+        required=True,
+        metavar="NAME=PORT",
+        help="a replica to serve (repeatable)",
+    )
+    p.add_argument("--model", default="meridian-demo", help="served model name")
+    p.add_argument("--profile", default="l4-llama3.1-8b", choices=sorted(PROFILES))
+    p.add_argument(
+        "--time-scale",
+        type=_positive_float,
+        default=0.05,
+        help="wall seconds per modeled second (0.05 = 20x faster than the GPU)",
+    )
+    p.add_argument("--num-blocks", type=int, default=2048)
+    p.add_argument("--max-num-seqs", type=int, default=64)
+    p.add_argument("--max-num-batched-tokens", type=int, default=2048)
+    p.add_argument("--max-model-len", type=int, default=8192)
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--hash-seed", default="meridian")
+    p.add_argument("--seed", type=int, default=0, help="seed of the output-length model")
+    p.add_argument("--kv-events-port-base", type=int, default=None)
+    p.add_argument("--tokenizer-json", default=None)
+    p.add_argument(
+        "--fault",
+        type=_fault_spec,
+        action="append",
+        default=[],
+        metavar="NAME=MODE",
+        help="start a replica in a fault mode (repeatable)",
+    )
+    return p  # fmt: skip
+
+
+def build_replicas(args: argparse.Namespace) -> list[Replica]:
+    """One engine + replica app per ``--replica``, sharing tokenizer and vocabulary."""
+    tokenizer = build_tokenizer(args.tokenizer_json)
+    vocab = Vocabulary(tokenizer)
+    config = EngineConfig(
+        num_blocks=args.num_blocks,
+        max_num_seqs=args.max_num_seqs,
+        max_num_batched_tokens=args.max_num_batched_tokens,
+        max_model_len=args.max_model_len,
+        hash_seed=args.hash_seed,
+        profile=args.profile,
+        seed=args.seed,
+    )
+    replicas = []
+    for index, spec in enumerate(args.replica):
+        publisher = None
+        if args.kv_events_port_base is not None:
+            endpoint = f"tcp://{args.host}:{args.kv_events_port_base + index}"
+            publisher = KVEventPublisher(endpoint)
+        replicas.append(
+            Replica(
+                spec.name,
+                engine=Engine(config, vocab),
+                model=args.model,
+                tokenizer=tokenizer,
+                time_scale=args.time_scale,
+                publisher=publisher,
+            )
+        )
+    return replicas
+
+
+def _make_server(replica: Replica, host: str, port: int) -> _QuietServer:
+    config = uvicorn.Config(
+        replica,
+        host=host,
+        port=port,
+        lifespan="off",
+        http="httptools",
+        log_level="warning",
+        access_log=False,
+        timeout_graceful_shutdown=2,
+    )
+    return _QuietServer(config)
+
+
+def _vanish(server: uvicorn.Server) -> None:
+    """Close the listening socket and reset every open connection, like a dead process."""
+    for listener in getattr(server, "servers", []):
+        listener.close()
+    for connection in list(server.server_state.connections):
+        transport = getattr(connection, "transport", None)
+        if transport is not None:
+            transport.abort()
+    server.should_exit = True
+
+
+async def serve(args: argparse.Namespace) -> None:
+    replicas = build_replicas(args)
+    servers = [
+        _make_server(r, args.host, spec.port)
+        for r, spec in zip(replicas, args.replica, strict=True)
+    ]
+    alone = len(replicas) == 1
+    for replica, server in zip(replicas, servers, strict=True):
+        replica.on_die = (lambda: os._exit(DIE_EXIT_CODE)) if alone else _bind(_vanish, server)
+        replica.driver.start()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, _stop_all, servers)
+    faults = dict(args.fault)
+    for replica in replicas:
+        if replica.name in faults:
+            replica.set_fault(faults[replica.name])
+    try:
+        await asyncio.gather(*(server.serve() for server in servers))
+    finally:
+        for replica in replicas:
+            await replica.driver.stop()
+
+
+def _bind(func: Any, *args: Any) -> Any:
+    return lambda: func(*args)
+
+
+def _stop_all(servers: Sequence[uvicorn.Server]) -> None:
+    logger.info("stopping %d replica server(s)", len(servers))
+    for server in servers:
+        server.should_exit = True
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    unknown = {name for name, _ in args.fault} - {spec.name for spec in args.replica}
+    if unknown:
+        build_parser().error(f"--fault names unknown replica(s): {', '.join(sorted(unknown))}")
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    asyncio.run(serve(args))
+
+
+if __name__ == "__main__":
+    main()
