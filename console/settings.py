@@ -170,3 +170,13 @@ LOGGING = {
         "httpx": {"level": "WARNING"},
     },
 }
+
+# --- Regional balancer (routing/) -----------------------------------------------------
+# Requests one balancer may have outstanding on one replica before it counts as
+# unavailable (SkyLB's SP-O availability rule); then the balancer forwards or answers 429.
+MERIDIAN_REPLICA_MAX_OUTSTANDING = env_int("MERIDIAN_REPLICA_MAX_OUTSTANDING", 32, minimum=1)
+# Retry-After (seconds) sent with 429 (at capacity) and 503 (nothing healthy) answers.
+MERIDIAN_RETRY_AFTER_S = env_int("MERIDIAN_RETRY_AFTER_S", 1, minimum=1)
+# A peer balancer is available for forwarding while its reported queue is below this
+# buffer (SkyLB's τ); with no local queue yet every live peer reports 0.
+MERIDIAN_PEER_QUEUE_BUFFER = env_int("MERIDIAN_PEER_QUEUE_BUFFER", 1, minimum=1)

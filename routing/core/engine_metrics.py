@@ -1,0 +1,127 @@
+"""Read an inference engine's Prometheus ``/metrics`` into the load numbers routing uses.
+
+Both engines Meridian talks to expose the same three facts under different names:
+
+=====================  ==============================  ======================
+fact                   vLLM                            SGLang
+=====================  ==============================  ======================
+requests running       ``vllm:num_requests_running``   ``sglang:num_running_reqs``
+requests waiting       ``vllm:num_requests_waiting``   ``sglang:num_queue_reqs``
+KV cache in use (0-1)  ``vllm:kv_cache_usage_perc``    ``sglang:token_usage``
+                       (older: ``gpu_cache_usage_perc``)
+=====================  ==============================  ======================
+
+plus vLLM's prefix-cache counters (``vllm:prefix_cache_queries_total`` and
+``..._hits_total``; older releases prefix them ``gpu_``).  vLLM reports one
+series per model/engine label set; running and waiting are summed across them
+(every one occupies the replica), cache usage takes the fullest engine (the one
+that will preempt first).  Despite its name ``kv_cache_usage_perc`` is a
+fraction in [0, 1] in vLLM; values above 1 are read as percentages.
+
+The parser handles the text exposition format (comments, labels with escaped
+quotes, optional timestamps, ``NaN``/``+Inf``) and nothing else; it never raises
+on unknown metrics, only on text that contains none of the load gauges, which
+means the endpoint is not an engine (``MetricsFormatError``).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+RUNNING = ("vllm:num_requests_running", "sglang:num_running_reqs")
+WAITING = ("vllm:num_requests_waiting", "sglang:num_queue_reqs")
+KV_USAGE = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "sglang:token_usage")
+PREFIX_QUERIES = (
+    "vllm:prefix_cache_queries_total",
+    "vllm:prefix_cache_queries",
+    "vllm:gpu_prefix_cache_queries_total",
+    "vllm:gpu_prefix_cache_queries",
+)
+PREFIX_HITS = (
+    "vllm:prefix_cache_hits_total",
+    "vllm:prefix_cache_hits",
+    "vllm:gpu_prefix_cache_hits_total",
+    "vllm:gpu_prefix_cache_hits",
+)
+
+# name, optional {labels}, value, optional timestamp.
+_SAMPLE_RE = re.compile(
+    r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)"
+    r"(?:\{(?P<labels>(?:[^}\"]|\"(?:[^\"\\]|\\.)*\")*)\})?"
+    r"\s+(?P<value>\S+)(?:\s+-?\d+)?\s*$"
+)
+
+
+class MetricsFormatError(ValueError):
+    """The text is not an engine's metrics page."""
+
+
+@dataclass(frozen=True, slots=True)
+class EngineLoad:
+    running: int
+    waiting: int
+    kv_usage: float
+    prefix_queries: float | None = None
+    prefix_hits: float | None = None
+
+    @property
+    def prefix_hit_rate(self) -> float | None:
+        """Lifetime prefix-cache hit rate (tokens hit / tokens queried), if reported."""
+        if not self.prefix_queries or self.prefix_hits is None:
+            return None
+        return self.prefix_hits / self.prefix_queries
+
+
+def parse_samples(text: str) -> dict[str, list[float]]:
+    """Every sample value by metric name (label sets flattened into the list)."""
+    samples: dict[str, list[float]] = {}
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        match = _SAMPLE_RE.match(line)
+        if match is None:
+            continue
+        try:
+            value = float(match["value"])
+        except ValueError:
+            continue
+        samples.setdefault(match["name"], []).append(value)
+    return samples
+
+
+def parse_engine_load(text: str) -> EngineLoad:
+    samples = parse_samples(text)
+    running = _first(samples, RUNNING)
+    waiting = _first(samples, WAITING)
+    if running is None and waiting is None:
+        raise MetricsFormatError(
+            "no vLLM or SGLang load gauge (num_requests_running/num_running_reqs) found"
+        )
+    usage_values = _first(samples, KV_USAGE)
+    usage = max(usage_values) if usage_values else 0.0
+    if usage > 1.0:
+        usage /= 100.0
+    queries = _first(samples, PREFIX_QUERIES)
+    hits = _first(samples, PREFIX_HITS)
+    return EngineLoad(
+        running=_count(running),
+        waiting=_count(waiting),
+        kv_usage=usage,
+        prefix_queries=sum(queries) if queries else None,
+        prefix_hits=sum(hits) if hits else None,
+    )
+
+
+def _first(samples: dict[str, list[float]], names: tuple[str, ...]) -> list[float] | None:
+    for name in names:
+        values = [v for v in samples.get(name, ()) if not math.isnan(v)]
+        if values:
+            return values
+    return None
+
+
+def _count(values: list[float] | None) -> int:
+    return round(sum(values)) if values else 0

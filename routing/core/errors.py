@@ -1,0 +1,184 @@
+"""OpenAI-style API errors: one exception type, one body shape.
+
+Clients (the official SDKs, LangChain, curl scripts) branch on the HTTP status and
+read ``error.message``/``error.code``, so every refusal the balancer makes, from a
+bad API key to "every replica is busy", carries exactly OpenAI's envelope::
+
+    {"error": {"message": ..., "type": ..., "param": ..., "code": ...}}
+
+The constructors below fix the status/type/code pairs so the views never invent
+new spellings.  Types follow what api.openai.com returns (``invalid_request_error``
+for 4xx caused by the request, ``server_error`` for 5xx); 429/503 also carry
+``Retry-After`` because the SDKs honour it when they retry.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+INVALID_REQUEST = "invalid_request_error"
+SERVER_ERROR = "server_error"
+RATE_LIMIT = "rate_limit_error"
+
+
+@dataclass(eq=False)
+class ApiError(Exception):
+    """A refusal that becomes an OpenAI-style JSON error response."""
+
+    status: int
+    message: str
+    type: str = INVALID_REQUEST
+    param: str | None = None
+    code: str | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        super().__init__(self.message)
+
+    def body(self) -> dict[str, Any]:
+        return {
+            "error": {
+                "message": self.message,
+                "type": self.type,
+                "param": self.param,
+                "code": self.code,
+            }
+        }
+
+
+def invalid_json(detail: str) -> ApiError:
+    return ApiError(
+        400,
+        f"We could not parse the JSON body of your request ({detail}). The body must be "
+        "a JSON object.",
+        code="invalid_json",
+    )
+
+
+def missing_parameter(param: str) -> ApiError:
+    return ApiError(
+        400,
+        f"Missing required parameter: '{param}'.",
+        param=param,
+        code="missing_required_parameter",
+    )
+
+
+def invalid_type(param: str, expected: str, value: object) -> ApiError:
+    got = _json_type_name(value)
+    return ApiError(
+        400,
+        f"Invalid type for '{param}': expected {expected}, but got {got} instead.",
+        param=param,
+        code="invalid_type",
+    )
+
+
+def invalid_value(param: str, message: str) -> ApiError:
+    return ApiError(400, message, param=param, code="invalid_value")
+
+
+def invalid_api_key(provided: bool) -> ApiError:
+    message = (
+        "Incorrect API key provided. You can find your API keys in the Meridian console."
+        if provided
+        else "You didn't provide an API key. You need to provide your API key in an "
+        "Authorization header using Bearer auth (i.e. Authorization: Bearer YOUR_KEY)."
+    )
+    return ApiError(401, message, code="invalid_api_key")
+
+
+def model_not_found(model: str) -> ApiError:
+    return ApiError(
+        404,
+        f"The model `{model}` does not exist or you do not have access to it.",
+        param="model",
+        code="model_not_found",
+    )
+
+
+def request_too_large(size: int | None, limit: int) -> ApiError:
+    shown = f"{size} bytes" if size is not None else "too large"
+    return ApiError(
+        413,
+        f"Request body is {shown}; this balancer accepts at most {limit} bytes.",
+        code="request_too_large",
+    )
+
+
+def method_not_allowed(method: str, allowed: str) -> ApiError:
+    return ApiError(
+        405,
+        f"Method {method} is not allowed on this endpoint; use {allowed}.",
+        code="method_not_allowed",
+        headers={"Allow": allowed},
+    )
+
+
+def not_a_balancer() -> ApiError:
+    return ApiError(
+        503,
+        "This Meridian process is the console, not a balancer: send inference requests to "
+        "a regional balancer's URL (MERIDIAN_BALANCER names the balancer a process plays).",
+        type=SERVER_ERROR,
+        code="not_a_balancer",
+    )
+
+
+def balancer_unavailable(detail: str, retry_after_s: int) -> ApiError:
+    return ApiError(
+        503,
+        f"The balancer cannot route requests right now: {detail}",
+        type=SERVER_ERROR,
+        code="balancer_unavailable",
+        headers={"Retry-After": str(retry_after_s)},
+    )
+
+
+def no_healthy_replica(model: str, retry_after_s: int) -> ApiError:
+    return ApiError(
+        503,
+        f"No healthy replica can serve model `{model}` in this region or any reachable "
+        "peer region. Please retry shortly.",
+        type=SERVER_ERROR,
+        code="no_healthy_replica",
+        headers={"Retry-After": str(retry_after_s)},
+    )
+
+
+def at_capacity(model: str, retry_after_s: int) -> ApiError:
+    return ApiError(
+        429,
+        f"Every replica serving model `{model}` is at capacity. Please retry after "
+        f"{retry_after_s} s.",
+        type=RATE_LIMIT,
+        code="capacity_exceeded",
+        headers={"Retry-After": str(retry_after_s)},
+    )
+
+
+def upstream_failed(model: str, attempts: int, last_reason: str) -> ApiError:
+    return ApiError(
+        502,
+        f"The request for model `{model}` failed on {attempts} replica(s) before any "
+        f"output was produced (last error: {last_reason}).",
+        type=SERVER_ERROR,
+        code="upstream_error",
+    )
+
+
+def _json_type_name(value: object) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "an array"
+    if isinstance(value, dict):
+        return "an object"
+    return type(value).__name__

@@ -1,0 +1,224 @@
+"""Parse and validate an OpenAI completion request, and describe it for the policies.
+
+The balancer validates only what it needs to route (model, prompt or messages,
+stream flags, max tokens, user); every other field passes through untouched to
+the replica, which validates sampling parameters itself, as vLLM's OpenAI server
+does.  Validation errors name the offending ``param`` like api.openai.com so SDK
+users see which argument was wrong.
+
+Routing needs the prompt's tokens once: the balancer renders chat messages with
+the same template as the replicas (``render_chat``), tokenizes, and hashes the
+full blocks with the shared seed, so a block hash here means the same KV block
+in a replica's prefix cache (see ``routing.core.blocks``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+from routing.core import errors
+from routing.core.blocks import block_hashes
+from routing.core.tokenizer import Tokenizer, render_chat
+from routing.core.types import RequestDescriptor
+
+
+class Endpoint(Enum):
+    CHAT = "chat"
+    COMPLETIONS = "completions"
+
+    @property
+    def path(self) -> str:
+        return "/v1/chat/completions" if self is Endpoint.CHAT else "/v1/completions"
+
+
+@dataclass(frozen=True, slots=True)
+class CompletionRequest:
+    """A validated request: what routing needs, plus the payload to send on."""
+
+    endpoint: Endpoint
+    model: str
+    payload: dict[str, Any]
+    prompt_text: str
+    prompt_token_ids: tuple[int, ...] | None
+    stream: bool
+    client_wants_usage: bool
+    max_tokens: int | None
+    user: str | None
+
+    def upstream_body(self) -> bytes:
+        """The body for a replica: streaming requests always ask for usage.
+
+        The balancer learns prompt/cached/completion tokens only from the usage
+        chunk (vLLM sends it last when ``stream_options.include_usage`` is set), so
+        it asks for it every time and strips it again for clients that did not
+        (``routing.core.sse``).
+        """
+        if not self.stream:
+            return json.dumps(self.payload).encode()
+        options = dict(self.payload.get("stream_options") or {})
+        options["include_usage"] = True
+        return json.dumps({**self.payload, "stream_options": options}).encode()
+
+
+def parse_request(body: bytes, endpoint: Endpoint) -> CompletionRequest:
+    """Validate ``body``; raises ``ApiError`` (400) naming the bad parameter."""
+    payload = _load_object(body)
+    model = payload.get("model")
+    if model is None:
+        raise errors.missing_parameter("model")
+    if not isinstance(model, str):
+        raise errors.invalid_type("model", "a string", model)
+    if not model.strip():
+        raise errors.invalid_value("model", "'model' must not be empty.")
+    if endpoint is Endpoint.CHAT:
+        prompt_text, token_ids = _chat_prompt(payload), None
+    else:
+        prompt_text, token_ids = _completion_prompt(payload)
+    stream = _optional_bool(payload, "stream", False)
+    wants_usage = _include_usage(payload, stream)
+    return CompletionRequest(
+        endpoint=endpoint,
+        model=model,
+        payload=payload,
+        prompt_text=prompt_text,
+        prompt_token_ids=token_ids,
+        stream=stream,
+        client_wants_usage=wants_usage,
+        max_tokens=_max_tokens(payload),
+        user=_optional_str(payload, "user"),
+    )
+
+
+def describe(
+    request: CompletionRequest,
+    tokenizer: Tokenizer,
+    *,
+    request_id: str,
+    session_key: str,
+    hash_seed: str,
+    forwarded: bool,
+) -> RequestDescriptor:
+    """The request as the policies see it: tokenized once, full blocks hashed."""
+    if request.prompt_token_ids is not None:
+        tokens: Sequence[int] = request.prompt_token_ids
+    else:
+        tokens = tokenizer.encode(request.prompt_text)
+    return RequestDescriptor(
+        request_id=request_id,
+        model=request.model,
+        prompt_tokens=len(tokens),
+        block_hashes=tuple(block_hashes(tokens, seed=hash_seed)),
+        session_key=session_key,
+        max_tokens=request.max_tokens,
+        forwarded=forwarded,
+    )
+
+
+def session_key(
+    request: CompletionRequest, session_header: str | None, client_address: str | None
+) -> str:
+    """Sticky-session key: OpenAI ``user``, else ``X-Session-ID``, else the client address."""
+    return request.user or session_header or client_address or ""
+
+
+def _load_object(body: bytes) -> dict[str, Any]:
+    if not body.strip():
+        raise errors.invalid_json("the body is empty")
+    try:
+        payload = json.loads(body)
+    except UnicodeDecodeError:
+        raise errors.invalid_json("the body is not UTF-8") from None
+    except json.JSONDecodeError as exc:
+        raise errors.invalid_json(f"{exc.msg} at line {exc.lineno} column {exc.colno}") from None
+    if not isinstance(payload, dict):
+        raise errors.invalid_json("the top-level value is not an object")
+    return payload
+
+
+def _chat_prompt(payload: Mapping[str, Any]) -> str:
+    messages = payload.get("messages")
+    if messages is None:
+        raise errors.missing_parameter("messages")
+    if not isinstance(messages, list):
+        raise errors.invalid_type("messages", "an array", messages)
+    if not messages:
+        raise errors.invalid_value("messages", "'messages' must contain at least one message.")
+    for index, message in enumerate(messages):
+        param = f"messages[{index}]"
+        if not isinstance(message, dict):
+            raise errors.invalid_type(param, "an object", message)
+        if not isinstance(message.get("role"), str):
+            raise errors.invalid_type(f"{param}.role", "a string", message.get("role"))
+        content = message.get("content")
+        if content is not None and not isinstance(content, str | list):
+            raise errors.invalid_type(f"{param}.content", "a string or an array", content)
+        if isinstance(content, list) and not all(isinstance(p, dict) for p in content):
+            raise errors.invalid_type(f"{param}.content", "an array of content parts", content)
+    return render_chat(messages)
+
+
+def _completion_prompt(payload: Mapping[str, Any]) -> tuple[str, tuple[int, ...] | None]:
+    """``prompt`` as text, or as token ids when the client sent ids (OpenAI allows both)."""
+    prompt = payload.get("prompt")
+    if prompt is None:
+        raise errors.missing_parameter("prompt")
+    if isinstance(prompt, str):
+        return prompt, None
+    if isinstance(prompt, list) and prompt:
+        if all(isinstance(p, str) for p in prompt):
+            # A batch of prompts: route on the first; the replica answers all of them.
+            return str(prompt[0]), None
+        if all(isinstance(p, int) and not isinstance(p, bool) for p in prompt):
+            return "", tuple(prompt)
+    raise errors.invalid_type(
+        "prompt", "a string, an array of strings or an array of token ids", prompt
+    )
+
+
+def _optional_bool(payload: Mapping[str, Any], name: str, default: bool) -> bool:
+    value = payload.get(name)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise errors.invalid_type(name, "a boolean", value)
+    return value
+
+
+def _optional_str(payload: Mapping[str, Any], name: str) -> str | None:
+    value = payload.get(name)
+    if value is not None and not isinstance(value, str):
+        raise errors.invalid_type(name, "a string", value)
+    return value
+
+
+def _include_usage(payload: Mapping[str, Any], stream: bool) -> bool:
+    options = payload.get("stream_options")
+    if options is None:
+        return False
+    if not isinstance(options, dict):
+        raise errors.invalid_type("stream_options", "an object", options)
+    if not stream:
+        raise errors.invalid_value(
+            "stream_options", "'stream_options' is only allowed when 'stream' is true."
+        )
+    value = options.get("include_usage", False)
+    if not isinstance(value, bool):
+        raise errors.invalid_type("stream_options.include_usage", "a boolean", value)
+    return value
+
+
+def _max_tokens(payload: Mapping[str, Any]) -> int | None:
+    for name in ("max_completion_tokens", "max_tokens"):
+        value = payload.get(name)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise errors.invalid_type(name, "an integer", value)
+        if value < 1:
+            raise errors.invalid_value(name, f"'{name}' must be at least 1.")
+        return value
+    return None

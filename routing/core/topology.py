@@ -1,0 +1,62 @@
+"""What one balancer knows about the world, as plain immutable values.
+
+The glue (``routing.topology``) reads the database in the background and builds a
+``TopologySnapshot``; the request path only ever reads the latest snapshot from
+memory.  Keeping these as frozen dataclasses means a refresh is one reference
+swap between awaits, so a request never sees half a topology.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaSpec:
+    """A routable replica this balancer owns."""
+
+    name: str
+    url: str
+    model: str
+    region: str
+    zone: str
+    kind: str
+
+
+@dataclass(frozen=True, slots=True)
+class PeerSpec:
+    """Another balancer this one may forward to, and how far away it is."""
+
+    name: str
+    url: str
+    region: str
+    rtt_ms: float = math.inf
+
+
+@dataclass(frozen=True, slots=True)
+class ModelSpec:
+    """One served model's routing configuration (from ServiceConfig)."""
+
+    name: str
+    policy: str = "least_load"
+    policy_params: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class TopologySnapshot:
+    balancer: str
+    region: str
+    url: str
+    replicas: tuple[ReplicaSpec, ...] = ()
+    peers: tuple[PeerSpec, ...] = ()
+    models: Mapping[str, ModelSpec] = field(default_factory=dict)
+    # Configured models with a ready replica somewhere (servable here or by a peer).
+    served_models: frozenset[str] = frozenset()
+    api_key_hashes: frozenset[str] = frozenset()
+    loaded_at: float = 0.0
+
+    def peer(self, name: str) -> PeerSpec | None:
+        return next((p for p in self.peers if p.name == name), None)

@@ -1,0 +1,97 @@
+"""The metric families one balancer exposes at ``/metrics``.
+
+Request outcomes are counted when a request *finishes* (the stream ended, failed
+or the client left), labelled by model, HTTP status and route:
+
+* ``local``: served by a replica this balancer owns;
+* ``forwarded_out``: this balancer forwarded it to a peer;
+* ``forwarded_in``: a peer forwarded it here (served locally, never re-forwarded).
+
+A client that disconnects mid-stream is counted with status ``499`` (nginx's
+"client closed request"), so aborted streams are visible next to successes.
+"""
+
+from __future__ import annotations
+
+from routing.core.metrics import MetricsRegistry
+from routing.core.router import LocalRouter
+
+TTFT_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
+LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
+
+CLIENT_CLOSED = 499
+
+
+class BalancerMetrics:
+    def __init__(self, balancer: str) -> None:
+        self.registry = MetricsRegistry()
+        r = self.registry
+        self.info = r.gauge("meridian_balancer_info", "This balancer (always 1).", ["balancer"])
+        self.info.set(1, balancer)
+        self.requests = r.counter(
+            "meridian_requests_total",
+            "Finished requests by model, HTTP status and route.",
+            ["model", "status", "route"],
+        )
+        self.ttft = r.histogram(
+            "meridian_ttft_seconds",
+            "Time from request arrival to the first upstream byte.",
+            ["model", "route"],
+            TTFT_BUCKETS,
+        )
+        self.latency = r.histogram(
+            "meridian_request_duration_seconds",
+            "Time from request arrival to the end of the response.",
+            ["model", "route"],
+            LATENCY_BUCKETS,
+        )
+        self.inflight = r.gauge("meridian_inflight_requests", "Requests dispatched, not finished.")
+        self.queue = r.gauge(
+            "meridian_queue_length", "Requests waiting for a free slot (no waiting queue yet)."
+        )
+        self.outstanding = r.gauge(
+            "meridian_replica_outstanding", "Requests outstanding per replica.", ["replica"]
+        )
+        self.healthy = r.gauge(
+            "meridian_replica_healthy", "1 when this balancer routes to the replica.", ["replica"]
+        )
+        self.cached_ratio = r.gauge(
+            "meridian_replica_cached_token_ratio",
+            "Cached prompt tokens / prompt tokens in the replica's responses.",
+            ["replica"],
+        )
+        self.prompt_tokens = r.counter(
+            "meridian_prompt_tokens_total", "Prompt tokens served.", ["replica"]
+        )
+        self.cached_tokens = r.counter(
+            "meridian_cached_prompt_tokens_total", "Prompt tokens served from cache.", ["replica"]
+        )
+        self.completion_tokens = r.counter(
+            "meridian_completion_tokens_total", "Completion tokens served.", ["replica"]
+        )
+        self.upstream_errors = r.counter(
+            "meridian_upstream_errors_total",
+            "Failed upstream attempts by target (replica or peer) and reason.",
+            ["target", "reason"],
+        )
+        self.retries = r.counter(
+            "meridian_retries_total", "Attempts after the first, by model.", ["model"]
+        )
+        self.probe_failures = r.counter(
+            "meridian_probe_failures_total", "Failed /metrics probes per replica.", ["replica"]
+        )
+        self.heartbeat_errors = r.counter(
+            "meridian_heartbeat_errors_total", "Failed heartbeat publish/read rounds (Redis)."
+        )
+
+    def render(self, router: LocalRouter, queue_length: int = 0) -> str:
+        """Prometheus text, with the per-replica gauges read from the router now."""
+        targets = router.targets()
+        self.inflight.set(router.ledger.total)
+        self.queue.set(queue_length)
+        self.outstanding.replace(((t.target_id,), t.outstanding) for t in targets)
+        self.healthy.replace(((t.target_id,), int(t.healthy)) for t in targets)
+        self.cached_ratio.replace(
+            ((t.target_id,), router.usage(t.target_id).cached_ratio) for t in targets
+        )
+        return self.registry.render()

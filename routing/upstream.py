@@ -1,0 +1,217 @@
+"""One upstream call: open it, wait for its first byte, relay it without buffering.
+
+``open_upstream`` sends the request on the shared ``httpx.AsyncClient`` with
+``stream=True`` and waits for the first body chunk before the proxy commits a
+response to the client.  Until then nothing has reached the client, so any
+failure (connect error, reset, 5xx, a replica that died after its headers) is an
+``UpstreamFailure`` the dispatcher retries on a *different* target.
+
+``RelayStream`` is the body of the ``StreamingHttpResponse``: an async iterator
+over the rest of the upstream body, with the accounting in ``try/finally``.
+Django's ASGI handler cancels the response task when the client disconnects
+(``ASGIHandler.handle`` → ``task.cancel()``), which raises ``CancelledError`` at
+our pending ``await`` on the upstream; the ``finally`` then closes the httpx
+response, which closes the replica connection mid-body: vLLM (and the emulated
+replica) see the disconnect and abort the request, freeing its KV blocks.  If
+Django drops the response before ever iterating it (the client left between
+the view returning and the first send), a ``weakref.finalize`` hook does the
+same cleanup from the event loop, so no exit path leaks a lease.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+import weakref
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass
+
+import httpx
+
+from routing.core.sse import SseRelay
+
+logger = logging.getLogger(__name__)
+
+# Bytes of an upstream error body kept for the log/diagnostic (never the stream).
+_ERROR_BODY_LIMIT = 2048
+
+OUTCOME_OK = "ok"
+OUTCOME_CLIENT_CLOSED = "client_closed"
+OUTCOME_UPSTREAM_ERROR = "upstream_error"
+
+
+def join_url(base: str, path: str) -> str:
+    """``base`` + ``path``, tolerating a base URL that already ends in ``/v1``."""
+    base = base.rstrip("/")
+    if base.endswith("/v1") and path.startswith("/v1/"):
+        path = path[3:]
+    return base + path
+
+
+class UpstreamFailure(Exception):
+    """A failed attempt before any byte reached the client; the request may go elsewhere."""
+
+    def __init__(self, reason: str, *, status: int | None = None, capacity: bool = False) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.status = status
+        # 429: the target is busy, not broken; try another without marking it unhealthy.
+        self.capacity = capacity
+
+    @property
+    def marks_unhealthy(self) -> bool:
+        return not self.capacity
+
+
+@dataclass(slots=True)
+class Opened:
+    """An upstream response whose first body chunk has arrived."""
+
+    response: httpx.Response
+    first_chunk: bytes
+    chunks: AsyncIterator[bytes]
+    first_byte_at: float
+
+    @property
+    def status(self) -> int:
+        return self.response.status_code
+
+    @property
+    def content_type(self) -> str:
+        return self.response.headers.get("content-type", "application/json")
+
+    async def read_rest(self) -> bytes:
+        """The whole body (non-streaming requests); failures stay retryable."""
+        parts = [self.first_chunk]
+        try:
+            async for chunk in self.chunks:
+                parts.append(chunk)
+        except httpx.HTTPError as exc:
+            raise UpstreamFailure(f"body read failed: {_describe(exc)}") from exc
+        finally:
+            await self.response.aclose()
+        return b"".join(parts)
+
+
+async def open_upstream(
+    client: httpx.AsyncClient, url: str, body: bytes, headers: Mapping[str, str]
+) -> Opened:
+    """POST and wait for the first body byte; ``UpstreamFailure`` if there is none."""
+    request = client.build_request("POST", url, content=body, headers=dict(headers))
+    try:
+        response = await client.send(request, stream=True)
+    except httpx.HTTPError as exc:
+        raise UpstreamFailure(_describe(exc)) from exc
+    try:
+        if response.status_code == 429 or response.status_code >= 500:
+            detail = (await response.aread())[:_ERROR_BODY_LIMIT].decode(errors="replace")
+            raise UpstreamFailure(
+                f"HTTP {response.status_code}: {detail.strip()[:200]}",
+                status=response.status_code,
+                capacity=response.status_code == 429,
+            )
+        chunks = response.aiter_raw()
+        try:
+            first = await anext(chunks)
+        except StopAsyncIteration:
+            raise UpstreamFailure("empty response body") from None
+        except httpx.HTTPError as exc:
+            raise UpstreamFailure(f"failed before the first byte: {_describe(exc)}") from exc
+        return Opened(response, first, chunks, time.monotonic())
+    except BaseException:
+        # Also on cancellation (client left while we waited): close so the target sees it.
+        await response.aclose()
+        raise
+
+
+FinishHook = Callable[[str, SseRelay | None], None]
+
+
+class _Finisher:
+    """Runs the end-of-stream accounting exactly once, whichever path gets there first."""
+
+    def __init__(self, response: httpx.Response, on_finish: FinishHook, sse: SseRelay | None):
+        self.response = response
+        self.on_finish = on_finish
+        self.sse = sse
+        self.done = False
+        self.loop = asyncio.get_running_loop()
+
+    def settle(self, outcome: str) -> bool:
+        if self.done:
+            return False
+        self.done = True
+        self.on_finish(outcome, self.sse)
+        return True
+
+    async def finish(self, outcome: str) -> None:
+        try:
+            self.settle(outcome)
+        finally:
+            await self.response.aclose()
+
+    def abandoned(self) -> None:
+        """The body was dropped unread; called from any thread by ``weakref.finalize``."""
+        if self.loop.is_closed():
+            return
+        self.loop.call_soon_threadsafe(self._abandoned_in_loop)
+
+    def _abandoned_in_loop(self) -> None:
+        if self.settle(OUTCOME_CLIENT_CLOSED):
+            self.loop.create_task(self.response.aclose())
+
+
+class RelayStream:
+    """Body of a ``StreamingHttpResponse`` relaying an opened upstream chunk by chunk.
+
+    With an ``SseRelay`` the stream is parsed event by event (usage recorded and,
+    for clients that did not ask, the usage-only chunk removed); without one the
+    bytes pass through as they are (peer forwarding: the peer already did this).
+    """
+
+    def __init__(self, opened: Opened, *, sse: SseRelay | None, on_finish: FinishHook) -> None:
+        self._opened = opened
+        self._sse = sse
+        self._finisher = _Finisher(opened.response, on_finish, sse)
+        self._finalizer = weakref.finalize(self, self._finisher.abandoned)
+
+    def __aiter__(self) -> AsyncIterator[bytes]:
+        return self._relay()
+
+    async def _relay(self) -> AsyncIterator[bytes]:
+        outcome = OUTCOME_CLIENT_CLOSED
+        try:
+            data = self._filter(self._opened.first_chunk)
+            if data:
+                yield data
+            async for chunk in self._opened.chunks:
+                data = self._filter(chunk)
+                if data:
+                    yield data
+            if self._sse is not None and (tail := self._sse.flush()):
+                yield tail
+            outcome = OUTCOME_OK
+        except httpx.HTTPError as exc:
+            # Committed already: the client cannot be answered with a status any more,
+            # so end the stream with an OpenAI-style error event the SDKs raise on.
+            outcome = OUTCOME_UPSTREAM_ERROR
+            logger.warning("upstream failed mid-stream: %s", _describe(exc))
+            yield _error_event(f"the upstream failed mid-stream: {_describe(exc)}")
+        finally:
+            self._finalizer.detach()
+            await self._finisher.finish(outcome)
+
+    def _filter(self, chunk: bytes) -> bytes:
+        return self._sse.feed(chunk) if self._sse is not None else chunk
+
+
+def _error_event(message: str) -> bytes:
+    body = {"error": {"message": message, "type": "server_error", "param": None, "code": None}}
+    return b"data: " + json.dumps(body).encode() + b"\n\n"
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

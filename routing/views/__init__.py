@@ -1,0 +1,2 @@
+"""The balancer's HTTP endpoints, one module per feature: completions (the OpenAI
+proxy) and ops (models, health, metrics, internal state)."""

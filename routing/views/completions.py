@@ -1,0 +1,128 @@
+"""``POST /v1/chat/completions`` and ``POST /v1/completions``: the OpenAI proxy.
+
+The view admits the request (API key, body size, JSON shape, known model),
+describes it once for the policies, and hands it to the dispatcher.  All of it
+reads memory only: the key hashes and models come from the runtime's topology
+snapshot.  Every refusal is an OpenAI-style error, counted in ``/metrics``.
+
+CSRF is exempt: these are API endpoints authenticated by bearer keys, never by
+the console's session cookie.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+from django.http import HttpRequest, HttpResponseBase
+from django.views.decorators.csrf import csrf_exempt
+
+from console.models import hash_api_key
+from routing.core import errors
+from routing.core.errors import ApiError
+from routing.core.openai_request import Endpoint, describe, parse_request, session_key
+from routing.dispatch import HOP_HEADER, ROUTE_FORWARDED_IN, ROUTE_LOCAL, ProxyCall
+from routing.errors import error_response
+from routing.runtime import BalancerRuntime, current_runtime, get_runtime
+
+# Label for refusals whose model is not a configured one: client-chosen strings
+# must not become metric label values (unbounded cardinality).
+UNKNOWN_MODEL_LABEL = "-"
+
+
+@csrf_exempt
+async def chat_completions(request: HttpRequest) -> HttpResponseBase:
+    return await proxy(request, Endpoint.CHAT)
+
+
+@csrf_exempt
+async def completions(request: HttpRequest) -> HttpResponseBase:
+    return await proxy(request, Endpoint.COMPLETIONS)
+
+
+async def proxy(request: HttpRequest, endpoint: Endpoint) -> HttpResponseBase:
+    arrived = time.monotonic()
+    request_id = request.headers.get("X-Request-ID") or uuid.uuid4().hex
+    model = UNKNOWN_MODEL_LABEL
+    try:
+        if request.method != "POST":
+            raise errors.method_not_allowed(request.method or "?", "POST")
+        runtime = await get_runtime()
+        call = admit(request, runtime, endpoint, arrived=arrived, request_id=request_id)
+        model = call.request.model
+        return await runtime.dispatcher.dispatch(call)
+    except ApiError as error:
+        _count_refusal(request, error, model)
+        return error_response(error, request_id=request_id)
+
+
+def authorize(request: HttpRequest, runtime: BalancerRuntime) -> str:
+    """The ``Authorization`` header of a request with a live API key; else 401."""
+    header = request.headers.get("Authorization", "")
+    scheme, _, key = header.partition(" ")
+    key = key.strip()
+    if scheme.lower() != "bearer" or not key:
+        raise errors.invalid_api_key(provided=False)
+    snapshot = runtime.snapshot
+    if snapshot is None or hash_api_key(key) not in snapshot.api_key_hashes:
+        raise errors.invalid_api_key(provided=True)
+    return header
+
+
+def read_body(request: HttpRequest, limit: int) -> bytes:
+    """The body, refusing oversize ones by Content-Length before touching it.
+
+    The declared length is checked first so a huge upload is refused without
+    being parsed; the real length is checked too, for chunked bodies that
+    declare none.  (Django's ASGI handler has already spooled the body by the time
+    a view runs; ``DATA_UPLOAD_MAX_MEMORY_SIZE`` sits just above this limit.)
+    """
+    declared = request.META.get("CONTENT_LENGTH") or ""
+    try:
+        size = int(declared) if declared else None
+    except ValueError:
+        raise errors.ApiError(
+            400, "Content-Length is not a number.", code="invalid_header"
+        ) from None
+    if size is not None and size > limit:
+        raise errors.request_too_large(size, limit)
+    body = request.body
+    if len(body) > limit:
+        raise errors.request_too_large(len(body), limit)
+    return body
+
+
+def admit(
+    request: HttpRequest,
+    runtime: BalancerRuntime,
+    endpoint: Endpoint,
+    *,
+    arrived: float,
+    request_id: str,
+) -> ProxyCall:
+    authorization = authorize(request, runtime)
+    body = read_body(request, runtime.config.max_body_bytes)
+    parsed = parse_request(body, endpoint)
+    snapshot = runtime.snapshot
+    if snapshot is None or parsed.model not in snapshot.models:
+        raise errors.model_not_found(parsed.model)
+    forwarded = bool(request.headers.get(HOP_HEADER))
+    descriptor = describe(
+        parsed,
+        runtime.tokenizer,
+        request_id=request_id,
+        session_key=session_key(
+            parsed, request.headers.get("X-Session-ID"), request.META.get("REMOTE_ADDR")
+        ),
+        hash_seed=runtime.config.hash_seed,
+        forwarded=forwarded,
+    )
+    return ProxyCall(parsed, descriptor, body, authorization, request_id, arrived)
+
+
+def _count_refusal(request: HttpRequest, error: ApiError, model: str) -> None:
+    runtime = current_runtime()
+    if runtime is None:
+        return
+    route = ROUTE_FORWARDED_IN if request.headers.get(HOP_HEADER) else ROUTE_LOCAL
+    runtime.metrics.requests.inc(model, str(error.status), route)
