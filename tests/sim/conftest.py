@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import subprocess
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -56,7 +57,7 @@ def run_to_completion(engine: Engine, max_steps: int = 10_000) -> list[StepResul
 class ServedReplicas:
     """A ``sim.serve`` child process and the base URL of each of its replicas."""
 
-    process: object
+    process: subprocess.Popen[bytes]
     urls: dict[str, str]
     kv_port_base: int
 

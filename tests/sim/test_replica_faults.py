@@ -1,0 +1,127 @@
+"""Fault drills and process life: reject, hang, slow, die; SIGTERM; idle CPU."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.sim.conftest import ServedReplicas, fresh_prompt, start_replicas
+from tests.support.processes import ProcessGroup
+
+pytestmark = pytest.mark.integration
+
+MODEL = "meridian-demo"
+
+
+def set_fault(url: str, mode: str, **extra: float) -> dict[str, object]:
+    response = httpx.post(f"{url}/fault", json={"mode": mode, **extra}, timeout=5)
+    assert response.status_code == 200
+    return response.json()  # type: ignore[no-any-return]
+
+
+@pytest.fixture
+def faulty_b(served: ServedReplicas) -> Iterator[str]:
+    """Replica b's URL; whatever fault a test sets there is cleared afterwards."""
+    yield served.urls["b"]
+    set_fault(served.urls["b"], "none")
+
+
+def complete(url: str, **body: object) -> httpx.Response:
+    payload = {"model": MODEL, "prompt": "ping", "max_tokens": 2, **body}
+    return httpx.post(f"{url}/v1/completions", json=payload, timeout=10)
+
+
+def test_reject_answers_503_to_everything_until_cleared(faulty_b: str) -> None:
+    assert set_fault(faulty_b, "reject")["mode"] == "reject"
+    response = complete(faulty_b)
+    assert response.status_code == 503 and "error" in response.json()
+    assert httpx.get(f"{faulty_b}/health").status_code == 503
+    set_fault(faulty_b, "none")
+    assert complete(faulty_b).status_code == 200
+
+
+def test_hang_accepts_but_never_answers_until_cleared(faulty_b: str) -> None:
+    set_fault(faulty_b, "hang")
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.get(f"{faulty_b}/health", timeout=httpx.Timeout(5.0, read=0.3))
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(
+            f"{faulty_b}/v1/completions",
+            json={"model": MODEL, "prompt": "x", "max_tokens": 1},
+            timeout=httpx.Timeout(5.0, read=0.3),
+        )
+    assert set_fault(faulty_b, "none")["mode"] == "none"
+    assert httpx.get(f"{faulty_b}/health").status_code == 200
+
+
+def test_slow_multiplies_modeled_step_times(served: ServedReplicas, faulty_b: str) -> None:
+    def ttft_of_a_lone_prefill() -> float:
+        before = served.metric("vllm:time_to_first_token_seconds_sum", "b")
+        response = complete(faulty_b, prompt=fresh_prompt(512), max_tokens=1)
+        assert response.status_code == 200
+        return served.metric("vllm:time_to_first_token_seconds_sum", "b") - before
+
+    normal = ttft_of_a_lone_prefill()
+    assert set_fault(faulty_b, "slow", factor=4.0)["factor"] == 4.0
+    slowed = ttft_of_a_lone_prefill()
+    # A lone 512-token prefill is one modeled step (~0.3 s on the L4 profile).
+    assert normal == pytest.approx(0.30, abs=0.01)
+    assert slowed == pytest.approx(4 * normal, rel=1e-6)
+
+
+def test_bad_fault_requests_are_refused(served: ServedReplicas) -> None:
+    url = served.urls["a"]
+    assert httpx.post(f"{url}/fault", json={"mode": "explode"}).status_code == 400
+    assert httpx.post(f"{url}/fault", json={"mode": "slow", "factor": -1}).status_code == 400
+    assert httpx.get(f"{url}/fault").json()["mode"] == "none"
+
+
+def test_die_takes_one_replica_away_and_leaves_its_neighbour(processes: ProcessGroup) -> None:
+    served = start_replicas(processes, ["a", "b"], "--fault", "b=reject")
+    a, b = served.urls["a"], served.urls["b"]
+    assert complete(b).status_code == 503  # fault set from the command line
+    set_fault(b, "none")
+
+    body = {"model": MODEL, "prompt": "x", "max_tokens": 5000, "ignore_eos": True, "stream": True}
+    with (
+        pytest.raises((httpx.RemoteProtocolError, httpx.ReadError)),
+        httpx.stream("POST", f"{a}/v1/completions", json=body, timeout=10) as response,
+    ):
+        lines = response.iter_lines()
+        next(lines)
+        httpx.post(f"{a}/fault", json={"mode": "die"}, timeout=5)
+        for _ in lines:  # the open stream is reset
+            pass
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(f"{a}/health", timeout=2)
+    assert httpx.get(f"{b}/health").status_code == 200
+    assert complete(b).status_code == 200
+    assert served.process.poll() is None
+
+
+def test_die_on_a_lone_replica_ends_its_process(processes: ProcessGroup) -> None:
+    served = start_replicas(processes, ["solo"])
+    set_fault(served.urls["solo"], "die")
+    assert served.process.wait(timeout=10) == 137
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def test_idle_replicas_use_no_cpu_and_sigterm_stops_cleanly(processes: ProcessGroup) -> None:
+    served = start_replicas(processes, ["r1", "r2", "r3"])
+    complete(served.urls["r1"])  # the engine loop has run and gone back to sleep
+    process = served.process
+    before = cpu_seconds(process.pid)
+    time.sleep(2.0)
+    assert cpu_seconds(process.pid) - before < 0.2
+    os.killpg(process.pid, signal.SIGTERM)
+    assert process.wait(timeout=10) == 0
