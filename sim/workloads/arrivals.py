@@ -53,6 +53,11 @@ class OpenLoop:
         if self.speed <= 0:
             raise ValueError(f"speed must be positive, got {self.speed}")
 
+    def describe(self) -> str:
+        if self.rate is not None:
+            return f"open loop, Poisson at {self.rate:g} programs/s"
+        return f"open loop, trace timestamps at {self.speed:g}x speed"
+
     def schedule(self, programs: Iterable[Program]) -> Iterator[Program]:
         """The programs with ``start`` set to their arrival offset, in arrival order
         (traces are in time order; a Poisson process is by construction)."""
@@ -73,6 +78,9 @@ class ClosedLoop:
     def __post_init__(self) -> None:
         if self.clients < 1:
             raise ValueError(f"clients must be at least 1, got {self.clients}")
+
+    def describe(self) -> str:
+        return f"closed loop, {self.clients} clients"
 
     def dispatcher(self, programs: Iterable[Program]) -> ClosedLoopDispatcher:
         return ClosedLoopDispatcher(programs, self.clients)
