@@ -241,34 +241,33 @@ class Replica:
 
     async def _generate(self, kind: api.Kind, body: bytes, receive: Receive, send: Send) -> None:
         try:
-            request = api.parse_generation(
-                kind,
-                body,
-                model=self.model,
-                tokenizer=self.tokenizer,
-                max_model_len=self.engine.max_model_len,
-            )
-            request_id = f"{'chatcmpl' if kind == 'chat' else 'cmpl'}-{uuid.uuid4().hex}"
-            queue = self.driver.submit(
-                EngineRequest(
-                    request_id,
-                    request.prompt_token_ids,
-                    request.max_tokens,
-                    ignore_eos=request.ignore_eos,
-                    seed=request.seed,
-                )
-            )
+            request, request_id, queue = self._submit(kind, body)
         except api.APIError as exc:
             await _send_json(send, exc.status, exc.body)
-            return
-        except ValueError as exc:
-            await _send_json(send, 400, api.APIError(str(exc)).body)
             return
         respond = self._stream if request.stream else self._complete
         try:
             await _until_disconnect(receive, respond(request, request_id, queue, send))
         finally:
             self.driver.abort(request_id)  # frees the blocks unless it already finished
+
+    def _submit(
+        self, kind: api.Kind, body: bytes
+    ) -> tuple[api.GenerationRequest, str, asyncio.Queue[RequestOutput]]:
+        """Parse and queue a generation; APIError for anything the client got wrong."""
+        request = api.parse_generation(
+            kind, body, model=self.model, tokenizer=self.tokenizer,
+            max_model_len=self.engine.max_model_len,
+        )  # fmt: skip
+        request_id = f"{'chatcmpl' if kind == 'chat' else 'cmpl'}-{uuid.uuid4().hex}"
+        engine_request = EngineRequest(
+            request_id, request.prompt_token_ids, request.max_tokens,
+            ignore_eos=request.ignore_eos, seed=request.seed,
+        )  # fmt: skip
+        try:
+            return request, request_id, self.driver.submit(engine_request)
+        except ValueError as exc:  # the engine's own limits (context length)
+            raise api.APIError(str(exc)) from None
 
     async def _stream(
         self,

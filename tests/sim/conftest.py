@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import itertools
+import socket
 import subprocess
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
@@ -90,6 +92,21 @@ def start_replicas(
     return ServedReplicas(process, urls, kv_port_base or 0)
 
 
+def free_port_run(count: int) -> int:
+    """A base port such that ``base .. base + count - 1`` are all free (KV-event ports)."""
+    for _ in range(50):
+        base = free_port()
+        try:
+            with contextlib.ExitStack() as stack:
+                for offset in range(count):
+                    sock = stack.enter_context(socket.socket())
+                    sock.bind(("127.0.0.1", base + offset))
+            return base
+        except OSError:
+            continue
+    raise RuntimeError(f"no run of {count} free ports")
+
+
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServedReplicas]:
     """Two replicas, ``a`` and ``b``, in one child process shared by a test module.
@@ -98,6 +115,6 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServedReplicas]
     """
     group = ProcessGroup(Path(tmp_path_factory.mktemp("sim-logs")))
     try:
-        yield start_replicas(group, ["a", "b"], kv_port_base=free_port())
+        yield start_replicas(group, ["a", "b"], kv_port_base=free_port_run(2))
     finally:
         group.stop_all()
