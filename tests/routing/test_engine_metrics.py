@@ -1,0 +1,67 @@
+"""Parsing vLLM's and SGLang's /metrics into the load numbers routing uses."""
+
+from __future__ import annotations
+
+import pytest
+
+from routing.core.engine_metrics import MetricsFormatError, parse_engine_load, parse_samples
+
+VLLM = """\
+# HELP vllm:num_requests_running Number of requests in model execution batches.
+# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{engine="0",model_name="m"} 3.0
+vllm:num_requests_running{engine="1",model_name="m"} 2.0
+# TYPE vllm:num_requests_waiting gauge
+vllm:num_requests_waiting{engine="0",model_name="m"} 4.0
+vllm:kv_cache_usage_perc{engine="0",model_name="m"} 0.25
+vllm:kv_cache_usage_perc{engine="1",model_name="m"} 0.5
+vllm:prefix_cache_queries_total{engine="0",model_name="m"} 1000.0
+vllm:prefix_cache_hits_total{engine="0",model_name="m"} 250.0
+vllm:request_success_total{finished_reason="abort",model_name="m"} 7.0
+"""
+
+
+def test_vllm_sums_requests_over_engines_and_takes_the_fullest_cache() -> None:
+    load = parse_engine_load(VLLM)
+    assert (load.running, load.waiting) == (5, 4)
+    assert load.kv_usage == pytest.approx(0.5)
+    assert load.prefix_hit_rate == pytest.approx(0.25)
+
+
+def test_older_vllm_gpu_cache_name_is_accepted() -> None:
+    text = (
+        "vllm:num_requests_running 1\nvllm:num_requests_waiting 0\n"
+        "vllm:gpu_cache_usage_perc 0.75\n"
+        "vllm:gpu_prefix_cache_queries_total 10\nvllm:gpu_prefix_cache_hits_total 5\n"
+    )
+    load = parse_engine_load(text)
+    assert load.kv_usage == pytest.approx(0.75)
+    assert load.prefix_hit_rate == pytest.approx(0.5)
+
+
+def test_sglang_names() -> None:
+    text = (
+        'sglang:num_running_reqs{model_name="m"} 6\n'
+        "sglang:num_queue_reqs 2\nsglang:token_usage 0.4\n"
+    )
+    load = parse_engine_load(text)
+    assert (load.running, load.waiting, load.kv_usage) == (6, 2, pytest.approx(0.4))
+    assert load.prefix_hit_rate is None
+
+
+def test_percentages_above_one_are_read_as_percent() -> None:
+    load = parse_engine_load("vllm:num_requests_running 0\nvllm:kv_cache_usage_perc 42\n")
+    assert load.kv_usage == pytest.approx(0.42)
+
+
+def test_labels_with_escaped_quotes_braces_and_timestamps_parse() -> None:
+    text = 'x{path="/a\\"}b",le="+Inf"} 3 1700000000000\ny NaN\nz +Inf\n'
+    samples = parse_samples(text)
+    assert samples["x"] == [3.0]
+    assert samples["z"] == [float("inf")]
+    assert len(samples["y"]) == 1
+
+
+def test_a_page_without_load_gauges_is_refused() -> None:
+    with pytest.raises(MetricsFormatError):
+        parse_engine_load("# just comments\nprocess_cpu_seconds_total 12\n")

@@ -1,0 +1,54 @@
+"""Error bodies look exactly like OpenAI's, with the status and headers clients rely on."""
+
+from __future__ import annotations
+
+import pytest
+
+from routing.core import errors
+
+
+def test_body_has_exactly_openais_four_fields() -> None:
+    error = errors.missing_parameter("messages")
+    assert error.status == 400
+    assert error.body() == {
+        "error": {
+            "message": "Missing required parameter: 'messages'.",
+            "type": "invalid_request_error",
+            "param": "messages",
+            "code": "missing_required_parameter",
+        }
+    }
+
+
+@pytest.mark.parametrize(
+    ("error", "status", "code"),
+    [
+        (errors.invalid_api_key(provided=True), 401, "invalid_api_key"),
+        (errors.model_not_found("gpt-9"), 404, "model_not_found"),
+        (errors.request_too_large(10, 5), 413, "request_too_large"),
+        (errors.at_capacity("m", 2), 429, "capacity_exceeded"),
+        (errors.no_healthy_replica("m", 2), 503, "no_healthy_replica"),
+        (errors.not_a_balancer(), 503, "not_a_balancer"),
+        (errors.upstream_failed("m", 3, "reset"), 502, "upstream_error"),
+    ],
+)
+def test_status_and_code_pairs(error: errors.ApiError, status: int, code: str) -> None:
+    assert (error.status, error.body()["error"]["code"]) == (status, code)
+    assert set(error.body()["error"]) == {"message", "type", "param", "code"}
+
+
+def test_busy_and_unavailable_answers_carry_retry_after() -> None:
+    assert errors.at_capacity("m", 3).headers == {"Retry-After": "3"}
+    assert errors.no_healthy_replica("m", 1).headers == {"Retry-After": "1"}
+
+
+def test_invalid_type_names_the_json_type_received() -> None:
+    error = errors.invalid_type("max_tokens", "an integer", "12")
+    assert error.body()["error"]["message"] == (
+        "Invalid type for 'max_tokens': expected an integer, but got a string instead."
+    )
+    assert error.param == "max_tokens"
+
+
+def test_unknown_model_message_quotes_the_model() -> None:
+    assert "`gpt-9`" in errors.model_not_found("gpt-9").message

@@ -1,0 +1,107 @@
+"""Validating OpenAI requests and describing them for the policies."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from routing.core.blocks import BLOCK_SIZE, block_hashes
+from routing.core.errors import ApiError
+from routing.core.openai_request import Endpoint, describe, parse_request, session_key
+from routing.core.tokenizer import WordTokenizer, render_chat
+
+CHAT = {"model": "m", "messages": [{"role": "user", "content": "hello"}]}
+
+
+def _body(obj: Any) -> bytes:
+    return json.dumps(obj).encode()
+
+
+def _refusal(obj: Any, endpoint: Endpoint = Endpoint.CHAT) -> ApiError:
+    raw = obj if isinstance(obj, bytes) else _body(obj)
+    with pytest.raises(ApiError) as info:
+        parse_request(raw, endpoint)
+    return info.value
+
+
+@pytest.mark.parametrize(
+    ("body", "param", "code"),
+    [
+        (b"{not json", None, "invalid_json"),
+        (b"", None, "invalid_json"),
+        (b"[1, 2]", None, "invalid_json"),
+        ({"messages": []}, "model", "missing_required_parameter"),
+        ({"model": 3, "messages": []}, "model", "invalid_type"),
+        ({"model": "m"}, "messages", "missing_required_parameter"),
+        ({"model": "m", "messages": "hi"}, "messages", "invalid_type"),
+        ({"model": "m", "messages": []}, "messages", "invalid_value"),
+        ({"model": "m", "messages": ["hi"]}, "messages[0]", "invalid_type"),
+        ({"model": "m", "messages": [{"content": "x"}]}, "messages[0].role", "invalid_type"),
+        ({**CHAT, "stream": "yes"}, "stream", "invalid_type"),
+        ({**CHAT, "max_tokens": "12"}, "max_tokens", "invalid_type"),
+        ({**CHAT, "max_tokens": 0}, "max_tokens", "invalid_value"),
+        ({**CHAT, "stream_options": {"include_usage": True}}, "stream_options", "invalid_value"),
+        ({**CHAT, "user": 5}, "user", "invalid_type"),
+    ],
+)
+def test_chat_refusals_name_the_parameter(body: Any, param: str | None, code: str) -> None:
+    error = _refusal(body)
+    assert (error.status, error.param, error.code) == (400, param, code)
+
+
+def test_completions_need_a_prompt_of_a_known_shape() -> None:
+    assert _refusal({"model": "m"}, Endpoint.COMPLETIONS).param == "prompt"
+    assert _refusal({"model": "m", "prompt": {"a": 1}}, Endpoint.COMPLETIONS).code == "invalid_type"
+    assert _refusal({"model": "m", "prompt": [1, "a"]}, Endpoint.COMPLETIONS).param == "prompt"
+
+
+def test_chat_request_is_rendered_with_the_replicas_template() -> None:
+    parsed = parse_request(_body({**CHAT, "stream": True}), Endpoint.CHAT)
+    assert parsed.prompt_text == render_chat(CHAT["messages"])
+    assert parsed.stream and not parsed.client_wants_usage
+
+
+def test_streaming_upstream_body_always_asks_for_usage_and_keeps_other_fields() -> None:
+    parsed = parse_request(_body({**CHAT, "stream": True, "temperature": 0.2}), Endpoint.CHAT)
+    upstream = json.loads(parsed.upstream_body())
+    assert upstream["stream_options"] == {"include_usage": True}
+    assert upstream["temperature"] == 0.2
+    plain = json.loads(parse_request(_body(CHAT), Endpoint.CHAT).upstream_body())
+    assert "stream_options" not in plain
+
+
+def test_descriptor_tokenizes_once_and_hashes_full_blocks_with_the_seed() -> None:
+    text = " ".join(f"word{i}" for i in range(40))
+    parsed = parse_request(
+        _body({"model": "m", "prompt": text, "max_tokens": 7}), Endpoint.COMPLETIONS
+    )
+    tokens = WordTokenizer().encode(text)
+    d = describe(
+        parsed, WordTokenizer(), request_id="r", session_key="s", hash_seed="seed", forwarded=True
+    )
+    assert d.prompt_tokens == len(tokens) == 40
+    assert d.block_hashes == tuple(block_hashes(tokens, seed="seed"))
+    assert len(d.block_hashes) == 40 // BLOCK_SIZE
+    assert (d.model, d.max_tokens, d.session_key, d.forwarded) == ("m", 7, "s", True)
+    other = describe(
+        parsed, WordTokenizer(), request_id="r", session_key="s", hash_seed="x", forwarded=False
+    )
+    assert other.block_hashes != d.block_hashes
+
+
+def test_token_id_prompts_are_used_as_is() -> None:
+    parsed = parse_request(_body({"model": "m", "prompt": list(range(33))}), Endpoint.COMPLETIONS)
+    d = describe(
+        parsed, WordTokenizer(), request_id="r", session_key="", hash_seed="s", forwarded=False
+    )
+    assert d.prompt_tokens == 33 and len(d.block_hashes) == 2
+
+
+def test_session_key_prefers_user_then_header_then_address() -> None:
+    with_user = parse_request(_body({**CHAT, "user": "alice"}), Endpoint.CHAT)
+    anonymous = parse_request(_body(CHAT), Endpoint.CHAT)
+    assert session_key(with_user, "sess-1", "10.0.0.1") == "alice"
+    assert session_key(anonymous, "sess-1", "10.0.0.1") == "sess-1"
+    assert session_key(anonymous, None, "10.0.0.1") == "10.0.0.1"

@@ -1,0 +1,130 @@
+"""Local replica selection: health, the per-replica cap, exclusions, and state kept
+across topology refreshes."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+
+from routing.core.engine_metrics import EngineLoad
+from routing.core.policy import Policy
+from routing.core.registry import build_policy
+from routing.core.router import LocalRouter
+from routing.core.topology import ModelSpec, ReplicaSpec
+from routing.core.types import RequestDescriptor
+
+MODEL = "m"
+
+
+def _spec(name: str, model: str = MODEL) -> ReplicaSpec:
+    return ReplicaSpec(name, f"http://{name}", model, "us", "us-1", "reserved")
+
+
+def _request(rid: str = "r") -> RequestDescriptor:
+    return RequestDescriptor(request_id=rid, model=MODEL, prompt_tokens=10)
+
+
+def _router(*names: str, cap: int = 2, policy: str = "least_load") -> LocalRouter:
+    router = LocalRouter(build_policy, max_outstanding=cap)
+    router.apply([_spec(n) for n in names], {MODEL: ModelSpec(MODEL, policy)})
+    return router
+
+
+def test_least_outstanding_replica_is_chosen_and_leases_count() -> None:
+    router = _router("a", "b")
+    first = router.select(_request()).target
+    assert first is not None and first.target_id == "a"
+    router.lease(_request(), first)
+    second = router.select(_request()).target
+    assert second is not None and second.target_id == "b"
+
+
+def test_replicas_at_the_cap_are_not_candidates() -> None:
+    router = _router("a", cap=1)
+    target = router.select(_request()).target
+    assert target is not None
+    lease = router.lease(_request(), target)
+    busy = router.select(_request())
+    assert (busy.target, busy.healthy, busy.available) == (None, 1, 0)
+    lease.release(ok=True)
+    assert router.select(_request()).target is target
+
+
+def test_failed_replica_is_skipped_until_a_probe_succeeds() -> None:
+    router = _router("a", "b")
+    router.mark_failed("a")
+    chosen = router.select(_request()).target
+    assert chosen is not None and chosen.target_id == "b"
+    router.record_probe("a", EngineLoad(running=0, waiting=0, kv_usage=0.1))
+    a = router.target("a")
+    assert a is not None and a.healthy and a.consecutive_failures == 0
+
+
+def test_excluded_replicas_are_not_retried() -> None:
+    router = _router("a", "b")
+    assert router.select(_request(), frozenset({"a", "b"})).target is None
+    chosen = router.select(_request(), frozenset({"a"})).target
+    assert chosen is not None and chosen.target_id == "b"
+
+
+def test_probe_failures_mark_unhealthy_at_the_threshold() -> None:
+    router = _router("a")
+    assert router.record_probe_failure("a", threshold=2) is False
+    assert router.record_probe_failure("a", threshold=2) is True
+    selection = router.select(_request())
+    assert (selection.target, selection.healthy) == (None, 0)
+
+
+def test_other_models_replicas_are_not_candidates() -> None:
+    router = LocalRouter(build_policy, max_outstanding=4)
+    router.apply([_spec("a", "other")], {MODEL: ModelSpec(MODEL), "other": ModelSpec("other")})
+    assert router.select(_request()).target is None
+    assert router.available_by_model() == {"other": 1}
+
+
+def test_refresh_keeps_probe_data_outstanding_and_policy_state() -> None:
+    built: list[str] = []
+
+    def builder(name: str, params: Mapping[str, Any]) -> Policy:
+        built.append(name)
+        return build_policy(name, params)
+
+    router = LocalRouter(builder, max_outstanding=4)
+    models = {MODEL: ModelSpec(MODEL, "round_robin")}
+    router.apply([_spec("a")], models)
+    target = router.target("a")
+    assert target is not None
+    router.record_probe("a", EngineLoad(running=3, waiting=1, kv_usage=0.5))
+    lease = router.lease(_request(), target)
+    router.apply([_spec("a"), _spec("b")], dict(models))
+    kept = router.target("a")
+    assert kept is target and (kept.running, kept.outstanding) == (3, 1)
+    assert built == ["round_robin"]  # same ServiceConfig: same policy object
+    lease.release(ok=True)
+    assert kept.outstanding == 0
+    router.apply([_spec("a")], {MODEL: ModelSpec(MODEL, "least_load")})
+    assert built == ["round_robin", "least_load"]
+
+
+def test_departed_replica_with_a_running_request_releases_cleanly() -> None:
+    router = _router("a")
+    target = router.target("a")
+    assert target is not None
+    lease = router.lease(_request(), target)
+    router.apply([], {MODEL: ModelSpec(MODEL)})
+    lease.release(ok=True)
+    assert router.ledger.total == 0
+
+
+def test_usage_gives_the_cached_token_ratio() -> None:
+    router = _router("a")
+    router.record_usage("a", prompt=100, cached=0, completion=5)
+    router.record_usage("a", prompt=100, cached=80, completion=5)
+    assert router.usage("a").cached_ratio == pytest.approx(0.4)
+
+
+def test_cap_must_be_positive() -> None:
+    with pytest.raises(ValueError):
+        LocalRouter(build_policy, max_outstanding=0)

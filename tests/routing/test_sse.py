@@ -1,0 +1,84 @@
+"""The SSE relay: split events incrementally, learn usage, strip it when not asked."""
+
+from __future__ import annotations
+
+import json
+
+from routing.core.sse import SseRelay, Usage
+
+
+def _event(obj: object) -> bytes:
+    return b"data: " + json.dumps(obj).encode() + b"\n\n"
+
+
+CONTENT = _event({"id": "c", "choices": [{"index": 0, "delta": {"content": "hi"}}], "usage": None})
+USAGE = _event(
+    {
+        "id": "c",
+        "choices": [],
+        "usage": {
+            "prompt_tokens": 40,
+            "completion_tokens": 3,
+            "total_tokens": 43,
+            "prompt_tokens_details": {"cached_tokens": 32},
+        },
+    }
+)
+DONE = b"data: [DONE]\n\n"
+STREAM = CONTENT + CONTENT + USAGE + DONE
+
+
+def _relay_in_pieces(relay: SseRelay, data: bytes, size: int) -> bytes:
+    out = [relay.feed(data[i : i + size]) for i in range(0, len(data), size)]
+    return b"".join(out) + relay.flush()
+
+
+def test_usage_chunk_is_stripped_when_the_client_did_not_ask_and_usage_is_kept() -> None:
+    relay = SseRelay(strip_usage=True)
+    assert relay.feed(STREAM) == CONTENT + CONTENT + DONE
+    assert relay.usage == Usage(prompt_tokens=40, completion_tokens=3, cached_tokens=32)
+
+
+def test_usage_chunk_is_relayed_byte_for_byte_when_asked() -> None:
+    relay = SseRelay(strip_usage=False)
+    assert relay.feed(STREAM) + relay.flush() == STREAM
+    assert relay.usage is not None and relay.usage.cached_tokens == 32
+
+
+def test_events_split_across_chunks_at_any_byte_come_out_whole_and_in_order() -> None:
+    for size in (1, 2, 3, 7, 50):
+        relay = SseRelay(strip_usage=True)
+        assert _relay_in_pieces(relay, STREAM, size) == CONTENT + CONTENT + DONE
+        assert relay.usage is not None and relay.usage.prompt_tokens == 40
+
+
+def test_complete_events_are_emitted_at_once_not_held_for_later() -> None:
+    relay = SseRelay(strip_usage=True)
+    half = len(CONTENT) // 2
+    assert relay.feed(CONTENT + CONTENT[:half]) == CONTENT
+    assert relay.feed(CONTENT[half:]) == CONTENT
+
+
+def test_crlf_framing_is_understood() -> None:
+    relay = SseRelay(strip_usage=True)
+    crlf = STREAM.replace(b"\n", b"\r\n")
+    out = relay.feed(crlf) + relay.flush()
+    assert b'"choices": []' not in out
+    assert out.count(b"data:") == 3
+
+
+def test_content_mentioning_usage_is_not_mistaken_for_the_usage_chunk() -> None:
+    text = _event({"choices": [{"index": 0, "delta": {"content": 'the "usage" of words'}}]})
+    relay = SseRelay(strip_usage=True)
+    assert relay.feed(text) == text
+    assert relay.usage is None
+
+
+def test_a_stream_that_never_ends_an_event_is_passed_through_when_the_buffer_is_full() -> None:
+    relay = SseRelay(strip_usage=True, max_pending=64)
+    assert relay.feed(b"x" * 100) == b"x" * 100
+
+
+def test_usage_from_a_non_streaming_body_without_details() -> None:
+    assert Usage.from_openai({"prompt_tokens": 5, "completion_tokens": 2}) == Usage(5, 2, 0)
+    assert Usage.from_openai(None) is None
