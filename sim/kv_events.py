@@ -29,7 +29,7 @@ class KVEventPublisher:
         self.topic = topic.encode()
         self.data_parallel_rank = data_parallel_rank
         self.sequence = 0
-        self._socket = zmq.Context.instance().socket(zmq.PUB)
+        self._socket: zmq.Socket[bytes] = zmq.Context.instance().socket(zmq.PUB)
         self._socket.setsockopt(zmq.LINGER, 0)
         self._socket.setsockopt(zmq.SNDHWM, 100_000)
         self._socket.bind(endpoint)

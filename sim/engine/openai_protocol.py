@@ -78,7 +78,7 @@ def parse_generation(
         kind=kind,
         model=model,
         prompt_token_ids=tokens,
-        max_tokens=_max_tokens(body, kind, max_model_len - len(tokens)),
+        max_tokens=_max_tokens(body, kind, len(tokens), max_model_len),
         stream=stream,
         include_usage=bool(options and options.get("include_usage")),
         ignore_eos=_optional(body, "ignore_eos", bool, False),
@@ -135,21 +135,23 @@ def _prompt_tokens(prompt: Any, tokenizer: Tokenizer) -> list[int]:
     )
 
 
-def _max_tokens(body: dict[str, Any], kind: Kind, room: int) -> int:
-    name = "max_completion_tokens" if kind == "chat" and "max_completion_tokens" in body else None
-    name = name or "max_tokens"
+def _max_tokens(body: dict[str, Any], kind: Kind, prompt_len: int, max_model_len: int) -> int:
+    name = "max_tokens"
+    if kind == "chat" and body.get("max_completion_tokens") is not None:
+        name = "max_completion_tokens"  # the newer spelling wins, as in OpenAI's API
     value = _optional(body, name, int, None)
+    room = max_model_len - prompt_len
     if room < 1:
         raise APIError(
-            f"This model's maximum context length is exceeded by the prompt alone "
-            f"({room} tokens of room).",
+            f"This model's maximum context length is {max_model_len} tokens, "
+            f"but the prompt has {prompt_len} tokens.",
             param="messages" if kind == "chat" else "prompt",
         )
     if value is None:
         return room  # vLLM's default: whatever context is left
     if value < 1:
         raise APIError(f"`{name}` must be at least 1, got {value}.", param=name)
-    return value
+    return int(value)
 
 
 # -- responses ---------------------------------------------------------------

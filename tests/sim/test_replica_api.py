@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 
 import httpx
@@ -84,6 +85,16 @@ def test_non_streaming_chat_and_token_id_prompts_over_httpx(served: ServedReplic
     assert chat["object"] == "chat.completion"
     assert chat["choices"][0]["message"]["role"] == "assistant"
     assert chat["usage"]["completion_tokens"] <= 5
+    capped = httpx.post(
+        f"{url}/v1/chat/completions",
+        json={
+            "model": MODEL,
+            "messages": [{"role": "user", "content": "hi"}],
+            "max_completion_tokens": 3,
+            "ignore_eos": True,
+        },
+    ).json()
+    assert capped["usage"]["completion_tokens"] == 3
     ids = fresh_prompt(40)
     completion = httpx.post(
         f"{url}/v1/completions",
@@ -102,6 +113,7 @@ def test_non_streaming_chat_and_token_id_prompts_over_httpx(served: ServedReplic
         (b'{"model": "meridian-demo", "prompt": "x", "n": 2}', 400, "n"),
         (b'{"model": "meridian-demo", "prompt": "x", "max_tokens": 0}', 400, "max_tokens"),
         (b'{"model": "meridian-demo", "prompt": "x", "stream_options": {}}', 400, "stream"),
+        (json.dumps({"model": MODEL, "prompt": list(range(9000))}).encode(), 400, "prompt"),
     ],
 )
 def test_invalid_requests_get_openai_style_errors(
