@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import openai
+from openai.types.chat import ChatCompletionMessageParam
 
 from console.replay.stats import Outcome
 from sim.workloads import ApiKind, Request
@@ -67,9 +68,7 @@ async def first_model(client: openai.AsyncOpenAI) -> str:
     try:
         page = await client.models.list()
     except openai.AuthenticationError as exc:
-        raise ApiKeyRejected(
-            f"{client.base_url} rejected the API key (401): {exc.message}"
-        ) from exc
+        raise ApiKeyRejected(str(client.base_url), exc.message) from exc
     except openai.APIError as exc:
         raise ReplayError(f"cannot list models at {client.base_url}: {describe(exc)}") from exc
     if not page.data:
@@ -161,9 +160,9 @@ class OpenAISender:
             # vLLM's extension: generate exactly max_tokens, as the trace recorded.
             common["extra_body"] = {"ignore_eos": True}
         if request.kind is ApiKind.CHAT:
-            return await self.client.chat.completions.create(
-                messages=list(request.messages), **common
-            )
+            # Our messages are plain role/content dicts, which is what these types describe.
+            messages = cast("list[ChatCompletionMessageParam]", list(request.messages))
+            return await self.client.chat.completions.create(messages=messages, **common)
         return await self.client.completions.create(prompt=request.prompt, **common)
 
 

@@ -9,7 +9,9 @@ import signal
 import time
 from collections.abc import Callable
 from io import StringIO
+from pathlib import Path
 
+import httpx2
 import openai
 import pytest
 from django.core.management import CommandError, call_command
@@ -17,7 +19,7 @@ from django.core.management import CommandError, call_command
 from console.models import Balancer, Region
 from console.replay.display import StatusLine
 from console.replay.runner import ReplayLimits, ReplayRunner
-from console.replay.sender import ApiKeyRejected, OpenAISender, make_client
+from console.replay.sender import ApiKeyRejected, OpenAISender, first_model, make_client
 from console.replay.service import demo_replay_argv
 from console.replay.stats import Outcome, ReplaySnapshot, ReplayStats
 from sim.workloads import ClosedLoop, OpenLoop, Request, parse_workload
@@ -145,6 +147,31 @@ def test_demo_argv_is_a_valid_replay_invocation() -> None:
         "--seed",
         "0",
     ]
+
+
+def sdk_client(status: int, body: dict[str, object]) -> openai.AsyncOpenAI:
+    """An SDK client whose every request gets ``status`` with an OpenAI error ``body``."""
+    transport = httpx2.MockTransport(lambda request: httpx2.Response(status, json=body))
+    return openai.AsyncOpenAI(
+        base_url="http://gateway.test/v1",
+        api_key="mk-wrong",
+        max_retries=0,
+        http_client=httpx2.AsyncClient(transport=transport),
+    )
+
+
+def test_listing_models_with_a_bad_key_explains_the_key() -> None:
+    client = sdk_client(401, {"error": {"message": "Invalid API key", "type": "auth"}})
+    with pytest.raises(ApiKeyRejected, match=r"Invalid API key.*--api-key or set MERIDIAN_API_KEY"):
+        asyncio.run(first_model(client))
+
+
+def test_sender_turns_an_http_error_into_a_counted_outcome() -> None:
+    client = sdk_client(503, {"error": {"message": "no replica available", "type": "overloaded"}})
+    request = next(parse_workload("system-prompts").programs()).steps[0].render({}, "user-1")
+    outcome = asyncio.run(OpenAISender(client, "m").send(request))
+    assert (outcome.ok, outcome.status, outcome.error_kind) == (False, 503, "HTTP 503")
+    assert "no replica available" in outcome.error
 
 
 def snapshot_at(elapsed: float) -> ReplaySnapshot:
@@ -340,6 +367,26 @@ def test_bad_workload_is_a_command_error() -> None:
             "nope",
             "--base-url",
             "http://127.0.0.1:1",
+            stdout=StringIO(),
+            stderr=StringIO(),
+        )
+
+
+def test_malformed_trace_line_is_a_command_error_naming_it(tmp_path: Path) -> None:
+    trace = tmp_path / "trace.jsonl"
+    trace.write_text(
+        '{"timestamp": 0, "input_length": 8, "output_length": 2, "hash_ids": [0]}\n'
+        '{"timestamp": 5, "input_length": 8\n'
+    )
+    with pytest.raises(CommandError, match=f"{trace}:2: not valid JSON"):
+        call_command(
+            "replay",
+            "--workload",
+            f"mooncake:{trace}",
+            "--model",
+            "m",
+            "--base-url",
+            f"http://127.0.0.1:{free_port()}",
             stdout=StringIO(),
             stderr=StringIO(),
         )
