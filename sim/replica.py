@@ -129,10 +129,12 @@ class Replica:
         tokenizer: Tokenizer,
         time_scale: float,
         publisher: KVEventPublisher | None = None,
+        loras: dict[str, int] | None = None,
     ) -> None:
         self.name = name
         self.engine = engine
         self.model = model
+        self.loras = loras or {}
         self.tokenizer = tokenizer
         self.driver = EngineDriver(engine, time_scale=time_scale, publisher=publisher)
         self.fault = "none"
@@ -179,9 +181,8 @@ class Replica:
         await _send(send, 200, b"", "text/plain")
 
     async def _models(self, body: bytes, receive: Receive, send: Send) -> None:
-        await _send_json(
-            send, 200, api.models_list(self.model, self._created, self.engine.max_model_len)
-        )
+        cards = api.models_list(self.model, self._created, self.engine.max_model_len, self.loras)
+        await _send_json(send, 200, cards)
 
     async def _metrics(self, body: bytes, receive: Receive, send: Send) -> None:
         text = render_metrics(self.engine, self.model)
@@ -257,12 +258,13 @@ class Replica:
         """Parse and queue a generation; APIError for anything the client got wrong."""
         request = api.parse_generation(
             kind, body, model=self.model, tokenizer=self.tokenizer,
-            max_model_len=self.engine.max_model_len,
+            max_model_len=self.engine.max_model_len, loras=self.loras,
         )  # fmt: skip
         request_id = f"{'chatcmpl' if kind == 'chat' else 'cmpl'}-{uuid.uuid4().hex}"
         engine_request = EngineRequest(
             request_id, request.prompt_token_ids, request.max_tokens,
             ignore_eos=request.ignore_eos, seed=request.seed,
+            lora_name=request.lora_name, lora_id=request.lora_id,
         )  # fmt: skip
         try:
             return request, request_id, self.driver.submit(engine_request)
@@ -279,18 +281,18 @@ class Replica:
         kind, created = request.kind, int(time.time())
         await send(_start(200, "text/event-stream; charset=utf-8"))
         if kind == "chat":
-            await _sse(send, api.stream_chunk(kind, request_id, created, self.model, None, None))
+            await _sse(send, api.stream_chunk(kind, request_id, created, request.model, None, None))
         last = None
         while last is None or last.finish_reason is None:
             outputs = await _drain(queue)
             last = outputs[-1]
             text = self.engine.vocab.text([t for out in outputs for t in out.new_token_ids])
             finish = last.finish_reason.value if last.finish_reason else None
-            chunk = api.stream_chunk(kind, request_id, created, self.model, text, finish)
+            chunk = api.stream_chunk(kind, request_id, created, request.model, text, finish)
             await _sse(send, chunk)
         if request.include_usage:
             usage = api.usage(last.prompt_tokens, last.completion_tokens, last.cached_tokens)
-            await _sse(send, api.usage_chunk(kind, request_id, created, self.model, usage))
+            await _sse(send, api.usage_chunk(kind, request_id, created, request.model, usage))
         await send({"type": "http.response.body", "body": b"data: [DONE]\n\n", "more_body": False})
 
     async def _complete(
@@ -309,7 +311,7 @@ class Replica:
         usage = api.usage(output.prompt_tokens, output.completion_tokens, output.cached_tokens)
         text = self.engine.vocab.text(tokens)
         response = api.full_response(
-            request.kind, request_id, int(time.time()), self.model, text,
+            request.kind, request_id, int(time.time()), request.model, text,
             output.finish_reason.value, usage,
         )  # fmt: skip
         await _send_json(send, 200, response)

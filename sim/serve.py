@@ -4,13 +4,16 @@
         --model meridian-demo --profile l4-llama3.1-8b --time-scale 0.05 \\
         --num-blocks 2048 --max-num-seqs 64 --max-num-batched-tokens 2048 \\
         --host 127.0.0.1 --hash-seed meridian [--kv-events-port-base 5557] \\
-        [--tokenizer-json PATH] [--fault us-b=slow]
+        [--tokenizer-json PATH] [--fault us-b=slow] [--lora NAME ...] [--max-loras 4]
 
 Each replica is its own ``Engine`` behind its own uvicorn server; they share
 one event loop (the demo runs nine of them on two cores, and an idle engine
 only waits on an event).  With ``--kv-events-port-base N`` replica *i* (in
 command-line order) publishes KV events on ``tcp://HOST:N+i``.  SIGTERM or
-SIGINT stops every server and exits 0.
+SIGINT stops every server and exits 0.  ``--lora NAME`` serves an emulated LoRA
+adapter: requests naming it as their model hash their blocks with the adapter
+name as the extra key (so they share cache only with the same adapter), and
+their KV events carry its id.
 
 The ``die`` fault makes a replica vanish as if its process had died: when it is
 alone in the process the process exits at once (``os._exit``), otherwise its
@@ -112,6 +115,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--kv-events-port-base", type=int, default=None)
     p.add_argument("--tokenizer-json", default=None)
     p.add_argument(
+        "--lora",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="serve an emulated LoRA adapter under this model name (repeatable)",
+    )
+    p.add_argument("--max-loras", type=int, default=4)
+    p.add_argument(
         "--fault",
         type=_fault_spec,
         action="append",
@@ -134,7 +145,10 @@ def build_replicas(args: argparse.Namespace) -> list[Replica]:
         hash_seed=args.hash_seed,
         profile=args.profile,
         seed=args.seed,
+        max_loras=args.max_loras,
     )
+    # vLLM numbers adapters from 1 in the order they were registered.
+    loras = {name: index for index, name in enumerate(args.lora, start=1)}
     replicas = []
     for index, spec in enumerate(args.replica):
         publisher = None
@@ -149,6 +163,7 @@ def build_replicas(args: argparse.Namespace) -> list[Replica]:
                 tokenizer=tokenizer,
                 time_scale=args.time_scale,
                 publisher=publisher,
+                loras=loras,
             )
         )
     return replicas

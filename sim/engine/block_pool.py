@@ -116,6 +116,7 @@ class BlockPool:
         end: int,
         token_ids: Sequence[int],
         parent: int | None,
+        lora_id: int | None = None,
     ) -> None:
         """Register blocks ``start..end`` of a request under their hashes.
 
@@ -131,22 +132,27 @@ class BlockPool:
         for index in range(start, end):
             block, block_hash = blocks[index], hashes[index]
             if block_hash in self.cached:
-                self._emit_stored(run, run_parent, run_start, token_ids)
+                self._emit_stored(run, run_parent, run_start, token_ids, lora_id)
                 run, run_parent, run_start = [], block_hash, index + 1
                 continue
             self.cached[block_hash] = block
             self.block_hash[block] = block_hash
             run.append(block_hash)
-        self._emit_stored(run, run_parent, run_start, token_ids)
+        self._emit_stored(run, run_parent, run_start, token_ids, lora_id)
 
     def _emit_stored(
-        self, run: list[int], parent: int | None, first: int, token_ids: Sequence[int]
+        self,
+        run: list[int],
+        parent: int | None,
+        first: int,
+        token_ids: Sequence[int],
+        lora_id: int | None,
     ) -> None:
         if not run:
             return
         size = self.block_size
         tokens = list(token_ids[first * size : (first + len(run)) * size])
-        self.events.append(BlockStored(run, parent, tokens, size, None))
+        self.events.append(BlockStored(run, parent, tokens, size, lora_id))
 
     def reset_prefix_cache(self) -> bool:
         """Forget every cached hash; refused (False) while any block is in use, as in vLLM."""

@@ -50,6 +50,7 @@ class EngineConfig:
     max_num_seqs: int = 64
     max_num_batched_tokens: int = 2048
     max_model_len: int = 8192
+    max_loras: int = 4
     enable_prefix_caching: bool = True
     hash_seed: str = DEFAULT_SEED
     profile: str = "l4-llama3.1-8b"
@@ -115,6 +116,12 @@ class Engine:
     @property
     def kv_usage(self) -> float:
         return self.pool.usage
+
+    def lora_adapters(self) -> tuple[set[str], set[str]]:
+        """Adapters of running and of waiting requests (vLLM's ``lora_requests_info``)."""
+        running = {r.lora_name for r in self.running if r.lora_name}
+        waiting = {r.lora_name for r in self.waiting if r.lora_name}
+        return running, waiting
 
     def has_work(self) -> bool:
         return bool(self.running or self.waiting)
@@ -199,8 +206,14 @@ class Engine:
 
     def _schedule_waiting(self, budget: int) -> list[tuple[EngineRequest, int]]:
         scheduled: list[tuple[EngineRequest, int]] = []
+        skipped: list[EngineRequest] = []
+        loras = {r.lora_name for r in self.running if r.lora_name}
         while self.waiting and budget > 0 and len(self.running) < self.config.max_num_seqs:
             request = self.waiting[0]
+            if self._exceeds_max_loras(request, loras):
+                # vLLM skips (not blocks on) a request whose adapter would exceed max_loras.
+                skipped.append(self.waiting.popleft())
+                continue
             hit_blocks = self._lookup_prefix(request)
             num_computed = len(hit_blocks) * self.config.block_size
             num_new = min(request.num_tokens - num_computed, budget)
@@ -213,7 +226,14 @@ class Engine:
             self.running.append(request)
             scheduled.append((request, num_new))
             budget -= num_new
+            if request.lora_name:
+                loras.add(request.lora_name)
+        self.waiting.extendleft(reversed(skipped))
         return scheduled
+
+    def _exceeds_max_loras(self, request: EngineRequest, loras: set[str]) -> bool:
+        name = request.lora_name
+        return bool(name) and name not in loras and len(loras) >= self.config.max_loras
 
     def _lookup_prefix(self, request: EngineRequest) -> list[int]:
         # Cap at num_tokens - 1 so at least one token is computed (for logits).
@@ -269,7 +289,13 @@ class Engine:
             return
         parent = request.block_hashes[start - 1] if start else None
         self.pool.cache_full_blocks(
-            request.blocks, request.block_hashes, start, full, request.token_ids, parent
+            request.blocks,
+            request.block_hashes,
+            start,
+            full,
+            request.token_ids,
+            parent,
+            request.lora_id,
         )
         request.num_cached_blocks = full
 

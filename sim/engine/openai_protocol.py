@@ -11,6 +11,7 @@ so the balancer and the replica count and hash the very same tokens.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -47,15 +48,28 @@ class GenerationRequest:
     include_usage: bool
     ignore_eos: bool
     seed: int | None
+    lora_name: str = ""
+    lora_id: int | None = None
 
 
 def parse_generation(
-    kind: Kind, raw: bytes, *, model: str, tokenizer: Tokenizer, max_model_len: int
+    kind: Kind,
+    raw: bytes,
+    *,
+    model: str,
+    tokenizer: Tokenizer,
+    max_model_len: int,
+    loras: Mapping[str, int] | None = None,
 ) -> GenerationRequest:
-    """Validate a ``/v1/chat/completions`` or ``/v1/completions`` body."""
+    """Validate a ``/v1/chat/completions`` or ``/v1/completions`` body.
+
+    ``model`` may name the base model or one of ``loras`` (adapter name -> id),
+    as with vLLM's ``--lora-modules``.
+    """
     body = _json_object(raw)
+    loras = loras or {}
     requested_model = body.get("model", model)
-    if requested_model != model:
+    if requested_model != model and requested_model not in loras:
         raise APIError(
             f"The model `{requested_model}` does not exist.",
             status=404,
@@ -74,15 +88,18 @@ def parse_generation(
         raise APIError("Stream options can only be defined when `stream=True`.", param="stream")
     if _optional(body, "n", int, 1) != 1:
         raise APIError("Only n=1 is supported.", param="n")
+    lora_name = requested_model if requested_model in loras else ""
     return GenerationRequest(
         kind=kind,
-        model=model,
+        model=requested_model,
         prompt_token_ids=tokens,
         max_tokens=_max_tokens(body, kind, len(tokens), max_model_len),
         stream=stream,
         include_usage=bool(options and options.get("include_usage")),
         ignore_eos=_optional(body, "ignore_eos", bool, False),
         seed=_optional(body, "seed", int, None),
+        lora_name=lora_name,
+        lora_id=loras.get(lora_name),
     )
 
 
@@ -226,14 +243,21 @@ def full_response(
     }
 
 
-def models_list(model: str, created: int, max_model_len: int) -> dict[str, Any]:
-    card = {
-        "id": model,
-        "object": "model",
-        "created": created,
-        "owned_by": "vllm",
-        "root": model,
-        "parent": None,
-        "max_model_len": max_model_len,
-    }
-    return {"object": "list", "data": [card]}
+def models_list(
+    model: str, created: int, max_model_len: int, loras: Mapping[str, int] | None = None
+) -> dict[str, Any]:
+    """The base model, then each LoRA adapter with the base as its parent (as vLLM lists)."""
+    cards = [(model, None)] + [(name, model) for name in (loras or {})]
+    data = [
+        {
+            "id": name,
+            "object": "model",
+            "created": created,
+            "owned_by": "vllm",
+            "root": name,
+            "parent": parent,
+            "max_model_len": max_model_len,
+        }
+        for name, parent in cards
+    ]
+    return {"object": "list", "data": data}

@@ -10,6 +10,8 @@ probes parse these names, so they must not drift.
 
 from __future__ import annotations
 
+import time
+
 from sim.engine.engine import Engine
 from sim.engine.request import FinishReason
 from sim.engine.stats import Histogram
@@ -31,6 +33,24 @@ def _histogram(lines: list[str], name: str, help_: str, hist: Histogram, model: 
     samples.append(f"{name}_sum{_labels(model)} {hist.sum!r}")
     samples.append(f"{name}_count{_labels(model)} {hist.count}")
     _metric(lines, name, "histogram", help_, samples)
+
+
+def _lora_info(lines: list[str], engine: Engine) -> None:
+    """vLLM's ``lora_requests_info``: adapters in use as labels, the time as the value.
+
+    Gateways with LoRA affinity (Higress, the Gateway API inference extension)
+    read the labels of the sample with the latest value.
+    """
+    running, waiting = engine.lora_adapters()
+    labels = (
+        f'{{max_lora="{engine.config.max_loras}",'
+        f'running_lora_adapters="{",".join(sorted(running))}",'
+        f'waiting_lora_adapters="{",".join(sorted(waiting))}"}}'
+    )
+    name = "vllm:lora_requests_info"
+    _metric(
+        lines, name, "gauge", "Running stats on lora requests.", [f"{name}{labels} {time.time()!r}"]
+    )
 
 
 def render_metrics(engine: Engine, model: str) -> str:
@@ -66,6 +86,7 @@ def render_metrics(engine: Engine, model: str) -> str:
         for r in FinishReason
     ]
     _metric(lines, "vllm:request_success", "counter", "Count of finished requests.", success)
+    _lora_info(lines, engine)
     _histogram(
         lines, "vllm:time_to_first_token_seconds", "Time to first token in seconds.",
         stats.ttft, model,

@@ -67,6 +67,8 @@ class EngineRequest:
     max_tokens: int
     ignore_eos: bool = False
     seed: int | None = None
+    lora_name: str = ""  # a LoRA adapter: part of every block hash, as in vLLM
+    lora_id: int | None = None
 
     status: RequestStatus = RequestStatus.WAITING
     token_ids: list[int] = field(default_factory=list)
@@ -96,7 +98,9 @@ class EngineRequest:
     def start(self, arrival_time: float, hash_seed: str, block_size: int) -> None:
         """Reset the mutable state and hash the prompt's full blocks."""
         self.token_ids = list(self.prompt_token_ids)
-        self.block_hashes = block_hashes(self.token_ids, block_size=block_size, seed=hash_seed)
+        self.block_hashes = block_hashes(
+            self.token_ids, block_size=block_size, extra=self.lora_name, seed=hash_seed
+        )
         self.arrival_time = arrival_time
 
     def append_token(self, token_id: int, hash_seed: str, block_size: int) -> None:
@@ -104,7 +108,8 @@ class EngineRequest:
         self.token_ids.append(token_id)
         if len(self.token_ids) % block_size == 0:
             parent = self.block_hashes[-1] if self.block_hashes else root_hash(hash_seed)
-            self.block_hashes.append(block_hash(parent, self.token_ids[-block_size:]))
+            block = self.token_ids[-block_size:]
+            self.block_hashes.append(block_hash(parent, block, self.lora_name))
 
     def finish_reason_after_token(self, max_model_len: int) -> FinishReason | None:
         """Why the request is done after its latest token, or None to keep going."""

@@ -115,6 +115,8 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServedReplicas]
     """
     group = ProcessGroup(Path(tmp_path_factory.mktemp("sim-logs")))
     try:
-        yield start_replicas(group, ["a", "b"], kv_port_base=free_port_run(2))
+        yield start_replicas(
+            group, ["a", "b"], "--lora", "sql-expert", kv_port_base=free_port_run(2)
+        )
     finally:
         group.stop_all()

@@ -106,3 +106,16 @@ def test_requests_wait_while_the_cache_is_full_and_run_once_blocks_free(
     assert finished == ["big", "next"]
     assert first.outputs[0].request_id == "big"
     assert engine.kv_usage == 0.0
+
+
+def test_lora_requests_hash_apart_from_the_base_model(make_engine: Callable[..., Engine]) -> None:
+    engine = make_engine()
+    prompt = fresh_prompt(48)
+    serve_one(engine, "base", prompt)
+    engine.events.drain()
+    engine.add_request(request("lora", prompt, 1, ignore_eos=True, lora_name="sql", lora_id=3))
+    outputs = [o for result in run_to_completion(engine) for o in result.outputs]
+    assert outputs[-1].cached_tokens == 0  # another adapter's KV is not reusable
+    stored = [e for e in engine.events.drain() if isinstance(e, BlockStored)]
+    assert stored[0].lora_id == 3
+    assert stored[0].block_hashes == block_hashes(prompt, extra="sql")

@@ -127,3 +127,17 @@ def test_output_lengths_are_deterministic_and_capped(make_engine: Callable[..., 
     engine = make_engine(max_num_seqs=256)
     lengths(engine, 150)
     assert engine.stats.finished["stop"] > 0 and engine.stats.finished["length"] > 0
+
+
+def test_max_loras_skips_a_third_adapter_without_blocking_others(
+    make_engine: Callable[..., Engine],
+) -> None:
+    engine = make_engine(max_loras=1)
+    engine.add_request(request("sql", fresh_prompt(20), 5, ignore_eos=True, lora_name="sql"))
+    engine.add_request(request("chat", fresh_prompt(20), 5, ignore_eos=True, lora_name="chat"))
+    engine.add_request(request("base", fresh_prompt(20), 5, ignore_eos=True))
+    engine.step()
+    assert {r.request_id for r in engine.running} == {"sql", "base"}
+    assert [r.request_id for r in engine.waiting] == ["chat"]
+    assert engine.lora_adapters() == ({"sql"}, {"chat"})
+    assert set(tokens_by_request(engine)) == {"sql", "chat", "base"}

@@ -39,7 +39,16 @@ def wait_until_idle(served: ServedReplicas, replica: str, timeout: float = 15.0)
 def test_models_and_health(served: ServedReplicas) -> None:
     assert httpx.get(f"{served.urls['a']}/health").status_code == 200
     models = client(served).models.list()
-    assert [m.id for m in models.data] == [MODEL]
+    assert [m.id for m in models.data] == [MODEL, "sql-expert"]
+
+
+def test_a_lora_adapter_is_served_and_reported(served: ServedReplicas) -> None:
+    completion = client(served, "b").completions.create(
+        model="sql-expert", prompt="select", max_tokens=2
+    )
+    assert completion.model == "sql-expert"
+    text = httpx.get(f"{served.urls['b']}/metrics").text
+    assert 'vllm:lora_requests_info{max_lora="4",running_lora_adapters=""' in text
 
 
 def test_streaming_chat_with_usage_through_the_openai_client(served: ServedReplicas) -> None:
