@@ -68,7 +68,7 @@ async def first_model(client: openai.AsyncOpenAI) -> str:
     try:
         page = await client.models.list()
     except openai.AuthenticationError as exc:
-        raise ApiKeyRejected(str(client.base_url), exc.message) from exc
+        raise ApiKeyRejected(str(client.base_url), describe(exc)) from exc
     except openai.APIError as exc:
         raise ReplayError(f"cannot list models at {client.base_url}: {describe(exc)}") from exc
     if not page.data:
@@ -77,7 +77,11 @@ async def first_model(client: openai.AsyncOpenAI) -> str:
 
 
 def describe(exc: openai.APIError) -> str:
-    """The message of an SDK error, with the underlying cause for connection errors."""
+    """The server's own error message when it sent an OpenAI error object, else the
+    SDK's message, with the underlying cause for connection errors."""
+    body = exc.body
+    if isinstance(body, dict) and isinstance(body.get("message"), str):
+        return str(body["message"])
     cause = exc.__cause__
     if isinstance(exc, openai.APIConnectionError) and cause is not None:
         return f"{exc.message} ({type(cause).__name__}: {cause})"
