@@ -220,6 +220,7 @@ class Engine:
             if not self._allocate(request, num_new, hit_blocks):
                 break
             self.waiting.popleft()
+            self._record_prefix_lookup(request, num_computed)
             request.num_computed_tokens = num_computed
             request.num_cached_blocks = len(hit_blocks)
             request.status = RequestStatus.RUNNING
@@ -238,12 +239,16 @@ class Engine:
     def _lookup_prefix(self, request: EngineRequest) -> list[int]:
         # Cap at num_tokens - 1 so at least one token is computed (for logits).
         max_blocks = (request.num_tokens - 1) // self.config.block_size
-        hits = self.pool.lookup_prefix(request.block_hashes, max_blocks)
-        if request.num_cached_tokens < 0:  # first scheduling, not a resumed preemption
-            request.num_cached_tokens = len(hits) * self.config.block_size
+        return self.pool.lookup_prefix(request.block_hashes, max_blocks)
+
+    def _record_prefix_lookup(self, request: EngineRequest, num_cached: int) -> None:
+        # Counted once per request, when it is first admitted: a request that
+        # waits for blocks is looked up again each step, and a resumed
+        # preemption is not a new query (vLLM reports cached tokens the same way).
+        if request.num_cached_tokens < 0:
+            request.num_cached_tokens = num_cached
             self.stats.prefix_cache_queries += request.num_tokens
-            self.stats.prefix_cache_hits += request.num_cached_tokens
-        return hits
+            self.stats.prefix_cache_hits += num_cached
 
     def _allocate(self, request: EngineRequest, num_new: int, hit_blocks: list[int]) -> bool:
         """Give ``request`` blocks for ``num_new`` more tokens (after any cache hits)."""

@@ -104,6 +104,7 @@ def test_requests_wait_while_the_cache_is_full_and_run_once_blocks_free(
         if "big" not in finished:
             assert engine.num_waiting == 1, "the second request ran before blocks were freed"
     assert finished == ["big", "next"]
+    assert engine.stats.prefix_cache_queries == 80 + 60  # a waiting request is queried once
     assert first.outputs[0].request_id == "big"
     assert engine.kv_usage == 0.0
 
