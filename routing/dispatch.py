@@ -290,7 +290,9 @@ class Dispatcher:
         if last is not None and not last.capacity:
             return errors.upstream_failed(model, attempts, last.reason)
         healthy, _ = self.rt.router.counts(model)
-        if healthy or (last is not None and last.capacity) or self._peer_has_healthy(model):
+        # A peer with healthy replicas counts only if this request may still be forwarded.
+        peer_busy = not call.descriptor.forwarded and self._peer_has_healthy(model)
+        if healthy or (last is not None and last.capacity) or peer_busy:
             return errors.at_capacity(model, retry)
         return errors.no_healthy_replica(model, retry)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, HttpResponseBase, JsonResponse
 
-from routing.core.errors import ApiError
+from routing.core.errors import ApiError, method_not_allowed
 from routing.errors import error_response
 from routing.runtime import get_runtime
 from routing.views.completions import authorize
@@ -22,6 +22,8 @@ PROMETHEUS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 async def models(request: HttpRequest) -> HttpResponseBase:
     """The models this balancer can serve: configured ones with a ready replica somewhere."""
     try:
+        if request.method != "GET":
+            raise method_not_allowed(request.method or "?", "GET")
         runtime = await get_runtime()
         authorize(request, runtime)
     except ApiError as error:
