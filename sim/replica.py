@@ -373,13 +373,15 @@ def _parse_fault(body: bytes) -> tuple[str, float]:
     return mode, float(factor)
 
 
-def _start(status: int, content_type: str) -> dict[str, Any]:
+def _start(status: int, content_type: str, length: int | None = None) -> dict[str, Any]:
     headers = [(b"content-type", content_type.encode())]
+    if length is not None:
+        headers.append((b"content-length", str(length).encode()))
     return {"type": "http.response.start", "status": status, "headers": headers}
 
 
 async def _send(send: Send, status: int, body: bytes, content_type: str) -> None:
-    await send(_start(status, content_type))
+    await send(_start(status, content_type, len(body)))
     await send({"type": "http.response.body", "body": body, "more_body": False})
 
 
