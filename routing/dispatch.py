@@ -186,15 +186,18 @@ class Dispatcher:
     def _peer_request(
         self, call: ProxyCall, peer: PeerCandidate
     ) -> tuple[str, bytes, dict[str, str]]:
-        # The peer redoes validation, auth and accounting on the client's own body;
-        # the session key travels so its policies see the same session.
+        # The peer redoes validation, auth and accounting on the client's own body.
         headers = {
             "Content-Type": "application/json",
             "Authorization": call.authorization,
             "X-Request-ID": call.request_id,
-            "X-Session-ID": call.descriptor.session_key,
             HOP_HEADER: self.rt.config.balancer,
         }
+        session = call.descriptor.session_key
+        if not call.request.user and session.isascii():
+            # The peer would see our address as the client's: pass the session on
+            # (a body's ``user`` travels in the body and wins there anyway).
+            headers["X-Session-ID"] = session
         return join_url(peer.spec.url, call.request.endpoint.path), call.raw_body, headers
 
     def _streaming(

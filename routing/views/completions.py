@@ -42,7 +42,7 @@ async def completions(request: HttpRequest) -> HttpResponseBase:
 
 async def proxy(request: HttpRequest, endpoint: Endpoint) -> HttpResponseBase:
     arrived = time.monotonic()
-    request_id = request.headers.get("X-Request-ID") or uuid.uuid4().hex
+    request_id = _request_id(request)
     model = UNKNOWN_MODEL_LABEL
     try:
         if request.method != "POST":
@@ -118,6 +118,15 @@ def admit(
         forwarded=forwarded,
     )
     return ProxyCall(parsed, descriptor, body, authorization, request_id, arrived)
+
+
+def _request_id(request: HttpRequest) -> str:
+    """The client's X-Request-ID when it is a sane header value, else a fresh one
+    (it is sent on to replicas and peers, so it must stay short printable ASCII)."""
+    given = request.headers.get("X-Request-ID", "")
+    if 0 < len(given) <= 128 and given.isascii() and given.isprintable():
+        return given
+    return uuid.uuid4().hex
 
 
 def _count_refusal(request: HttpRequest, error: ApiError, model: str) -> None:

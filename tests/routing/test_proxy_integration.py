@@ -71,6 +71,10 @@ def region(
         balancer_port,
         MERIDIAN_REPLICA_MAX_OUTSTANDING="1",
         MERIDIAN_MAX_BODY_BYTES="65536",
+        # The "hang" fault stalls /metrics too; here a hung region must stay healthy
+        # but full (429), so probe failures never flip health in this module (the
+        # forwarding module covers probe-driven health).
+        MERIDIAN_PROBE_FAILURE_THRESHOLD="1000",
     )
     yield Region(url, key, ports)
 
