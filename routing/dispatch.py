@@ -25,6 +25,7 @@ import json
 import logging
 import math
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -91,6 +92,8 @@ class Dispatcher:
         self.rt = runtime
         # Lease targets for peers, so forwarded requests count in the in-flight total.
         self._peer_states: dict[str, TargetState] = {}
+        # The demo's emulated RTT wait; a seam so tests can observe it without waiting.
+        self.sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
 
     async def dispatch(self, call: ProxyCall) -> HttpResponseBase:
         tried: set[str] = set()
@@ -174,7 +177,7 @@ class Dispatcher:
 
     async def _demo_rtt(self, peer: PeerCandidate) -> None:
         if self.rt.config.demo and math.isfinite(peer.spec.rtt_ms) and peer.spec.rtt_ms > 0:
-            await asyncio.sleep(peer.spec.rtt_ms / 1000.0)
+            await self.sleep(peer.spec.rtt_ms / 1000.0)
 
     def _replica_request(
         self, call: ProxyCall, target: TargetState
