@@ -26,6 +26,8 @@ from typing import Any, Protocol
 _TOKEN_RE = re.compile(r"\s*[A-Za-z0-9]+|\s*[^\sA-Za-z0-9]|\s+$")
 
 VOCAB_SIZE = 1 << 31
+# What a chat prompt ends with: the header the model's reply follows.
+GENERATION_PROMPT = "<|assistant|>"
 
 
 class Tokenizer(Protocol):
@@ -62,7 +64,7 @@ class HuggingFaceTokenizer:
 
     def __init__(self, path: str) -> None:
         try:
-            from tokenizers import Tokenizer as _HFTokenizer  # type: ignore[import-not-found]
+            from tokenizers import Tokenizer as _HFTokenizer
         except ImportError as exc:  # pragma: no cover - exercised only without the extra
             raise RuntimeError(
                 "a tokenizer.json was configured but the 'tokenizers' package is not "
@@ -103,13 +105,17 @@ def _content_text(content: Any) -> str:
 def render_chat(messages: Iterable[Mapping[str, Any]]) -> str:
     """Render chat messages with Meridian's fixed template.
 
-    The template is prefix-stable: appending a message never changes the text
-    of the messages before it, so a conversation's next turn shares the whole
-    history as a cacheable prefix (what multi-turn KV reuse relies on).
+    The template is prefix-stable at the *token* level, which is what multi-turn
+    KV reuse relies on: appending messages never changes the tokens of the ones
+    before, and the generation prompt ends on a non-space character (``>``) so the
+    reply, which the engine generates as space-led word tokens, tokenizes the same
+    when the client sends it back as assistant history.  (A header ending in a
+    newline would glue that newline to the reply's first word and break the chain
+    of block hashes right where the reply starts.)
     """
     out = []
     for message in messages:
         role = str(message.get("role", "user"))
-        out.append(f"<|{role}|>\n{_content_text(message.get('content'))}\n")
-    out.append("<|assistant|>\n")
+        out.append(f"<|{role}|>{_content_text(message.get('content'))}\n")
+    out.append(GENERATION_PROMPT)
     return "".join(out)

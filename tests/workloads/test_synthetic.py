@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from routing.core.tokenizer import WordTokenizer, render_chat
+from routing.core.tokenizer import GENERATION_PROMPT, WordTokenizer, render_chat
 from sim.workloads import ApiKind, Program, ReplyOf, parse_workload
 from sim.workloads.synthetic import (
     Conversations,
@@ -46,7 +46,7 @@ def test_conversation_turns_grow_history_with_the_actual_replies() -> None:
 def test_conversation_template_keeps_the_previous_turn_as_a_prefix() -> None:
     program = next(p for p in first(Conversations(), 20) if len(p.steps) >= 2)
     rendered = render_all(program)
-    assert render_chat(rendered[1]).startswith(render_chat(rendered[0])[: -len("<|assistant|>\n")])
+    assert render_chat(rendered[1]).startswith(render_chat(rendered[0])[: -len(GENERATION_PROMPT)])
 
 
 def test_users_share_a_few_long_system_prompts() -> None:

@@ -1,0 +1,65 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import tokenizers
+
+from routing.core.blocks import BLOCK_SIZE, block_hashes, root_hash
+from routing.core.tokenizer import WordTokenizer, build_tokenizer, render_chat
+
+
+def test_ids_are_stable_hashes_of_pieces_with_leading_space() -> None:
+    tok = WordTokenizer()
+    assert tok.pieces("Hello, world!\n") == ["Hello", ",", " world", "!", "\n"]
+    assert tok.encode("a b a") == [tok.encode("a")[0], tok.encode(" b")[0], tok.encode(" a")[0]]
+    assert tok.count("one two three") == len(tok.encode("one two three")) == 3
+
+
+def test_a_reply_sent_back_as_history_keeps_every_token_of_the_turn_before() -> None:
+    """Multi-turn KV reuse: turn 2's tokens start with turn 1's prompt plus the reply's
+    tokens exactly as the engine generated them (space-led words)."""
+    tok = WordTokenizer()
+    turn1 = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Hi"}]
+    reply = " kakasa lokasa nezoho"
+    generated = tok.encode(reply)
+    turn2 = [*turn1, {"role": "assistant", "content": reply}, {"role": "user", "content": "More"}]
+    first, second = tok.encode(render_chat(turn1)), tok.encode(render_chat(turn2))
+    assert second[: len(first) + len(generated)] == first + generated
+
+
+def test_content_parts_are_joined_and_bad_content_is_refused() -> None:
+    parts = [{"type": "text", "text": "Hel"}, {"type": "image_url"}, {"type": "text", "text": "lo"}]
+    assert render_chat([{"role": "user", "content": parts}]) == render_chat(
+        [{"role": "user", "content": "Hello"}]
+    )
+    with pytest.raises(ValueError):
+        render_chat([{"role": "user", "content": 42}])
+
+
+def test_block_hashes_chain_over_full_blocks_only() -> None:
+    tokens = list(range(3 * BLOCK_SIZE + 5))
+    hashes = block_hashes(tokens)
+    assert len(hashes) == 3
+    # Same prefix, same hashes; one changed token changes its block and every later one.
+    changed = tokens.copy()
+    changed[BLOCK_SIZE + 1] = 999
+    other = block_hashes(changed)
+    assert other[0] == hashes[0] and other[1] != hashes[1] and other[2] != hashes[2]
+    assert block_hashes(tokens, extra="lora-a")[0] != hashes[0]
+    assert block_hashes(tokens, seed="other")[0] != hashes[0]
+    assert root_hash() == root_hash("meridian")
+
+
+def test_huggingface_tokenizer_json_is_pluggable(tmp_path: Path) -> None:
+    vocab = {"[UNK]": 0, "hello": 1, "world": 2}
+    model = tokenizers.models.WordLevel(vocab=vocab, unk_token="[UNK]")
+    hf = tokenizers.Tokenizer(model)
+    hf.pre_tokenizer = tokenizers.pre_tokenizers.Whitespace()
+    path = tmp_path / "tokenizer.json"
+    hf.save(str(path))
+    assert json.loads(path.read_text())["model"]["type"] == "WordLevel"
+    tok = build_tokenizer(str(path))
+    assert tok.encode("hello world unknown") == [1, 2, 0]
+    assert tok.count("hello world") == 2
