@@ -14,8 +14,14 @@ django_asgi_app = get_asgi_application()
 from channels.routing import ProtocolTypeRouter  # noqa: E402  (needs Django set up first)
 from django.conf import settings  # noqa: E402
 
+from routing.body_limit import BodyLimitMiddleware  # noqa: E402
+
 # The console ships its own static files (no CDN, works offline) and the demo has no
 # front proxy, so daphne serves them itself unless an operator puts one in front.
-http_app = ASGIStaticFilesHandler(django_asgi_app) if settings.MERIDIAN_SERVE_STATIC else django_asgi_app
+http_app = (
+    ASGIStaticFilesHandler(django_asgi_app) if settings.MERIDIAN_SERVE_STATIC else django_asgi_app
+)
 
-application = ProtocolTypeRouter({"http": http_app})
+application = ProtocolTypeRouter(
+    {"http": BodyLimitMiddleware(http_app, settings.MERIDIAN_MAX_BODY_BYTES)}
+)

@@ -202,6 +202,23 @@ def test_oversized_body_is_refused_with_413(idle: Region) -> None:
     assert response.json()["error"]["code"] == "request_too_large"
 
 
+def test_chunked_upload_without_content_length_is_refused_past_the_limit(idle: Region) -> None:
+    def body() -> Iterator[bytes]:
+        for _ in range(64):  # 1 MiB, well past the test balancer's limit
+            yield b"x" * 16384
+
+    try:
+        response = httpx.post(
+            f"{idle.url}/v1/completions",
+            content=body(),
+            headers={"Authorization": f"Bearer {idle.key}", "Content-Type": "application/json"},
+        )
+    except httpx.RemoteProtocolError:
+        pytest.fail("the balancer hung up without answering 413")
+    assert response.status_code == 413
+    assert response.json()["error"]["code"] == "request_too_large"
+
+
 def test_client_disconnect_mid_stream_cancels_the_replica_request(idle: Region) -> None:
     for port in idle.replica_ports.values():
         set_fault(port, "slow", factor=200.0)  # a generation that outlives the test
