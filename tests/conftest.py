@@ -9,6 +9,7 @@ import pytest
 from django.conf import settings
 
 from console.embedded_redis import EmbeddedRedis, ensure_redis
+from tests.support.django_env import child_process_env
 from tests.support.processes import ProcessGroup
 
 
@@ -29,26 +30,8 @@ def processes(tmp_path: Path) -> Iterator[ProcessGroup]:
 
 
 @pytest.fixture
-def django_subprocess_env(redis_server: EmbeddedRedis, settings_dict_for_children: dict[str, str]) -> dict[str, str]:
+def django_subprocess_env(redis_server: EmbeddedRedis, db: None) -> dict[str, str]:
     """Environment for a child process (balancer, worker, command) that must see the very
     database and Redis this test uses.  Pair it with ``django_db(transaction=True)`` so
     what the test writes is committed and visible to the child."""
-    return {**settings_dict_for_children, "REDIS_URL": redis_server.url}
-
-
-@pytest.fixture
-def settings_dict_for_children(db: None) -> dict[str, str]:
-    from django.db import connection
-
-    db_settings = connection.settings_dict
-    env = {"DJANGO_SETTINGS_MODULE": "console.settings", "MERIDIAN_VAR_DIR": str(settings.VAR_DIR)}
-    if db_settings["ENGINE"].endswith("sqlite3"):
-        env["DATABASE_URL"] = f"sqlite:///{Path(db_settings['NAME']).resolve()}"
-    else:
-        user = db_settings.get("USER") or ""
-        password = db_settings.get("PASSWORD") or ""
-        auth = f"{user}:{password}@" if password else (f"{user}@" if user else "")
-        host = db_settings.get("HOST") or "127.0.0.1"
-        port = db_settings.get("PORT") or "5432"
-        env["DATABASE_URL"] = f"postgres://{auth}{host}:{port}/{db_settings['NAME']}"
-    return env
+    return child_process_env(redis_server.url)

@@ -17,16 +17,15 @@ import signal
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, TypeVar
 
 import httpx
 import openai
 import pytest
-from django.conf import settings
 
 from console.embedded_redis import EmbeddedRedis
 from routing.core.engine_metrics import parse_samples
+from tests.support.django_env import child_process_env
 from tests.support.processes import ProcessGroup, wait_http
 
 MODEL = "meridian-test"
@@ -117,21 +116,7 @@ def child_env(topology: TopologyFactory, redis_server: EmbeddedRedis) -> dict[st
 
     Module-scoped twin of the suite's ``django_subprocess_env`` (which is
     function-scoped because it rides on the ``db`` fixture)."""
-    from django.db import connection
-
-    db = connection.settings_dict
-    env = {
-        "DJANGO_SETTINGS_MODULE": "console.settings",
-        "MERIDIAN_VAR_DIR": str(settings.VAR_DIR),
-        "REDIS_URL": redis_server.url,
-    }
-    if db["ENGINE"].endswith("sqlite3"):
-        env["DATABASE_URL"] = f"sqlite:///{Path(db['NAME']).resolve()}"
-    else:
-        auth = f"{db.get('USER') or ''}:{db.get('PASSWORD') or ''}@" if db.get("USER") else ""
-        host, port = db.get("HOST") or "127.0.0.1", db.get("PORT") or "5432"
-        env["DATABASE_URL"] = f"postgres://{auth}{host}:{port}/{db['NAME']}"
-    return env
+    return child_process_env(redis_server.url)
 
 
 @pytest.fixture(scope="module")
