@@ -59,8 +59,16 @@ class BalancerAdmin(admin.ModelAdmin):
 @admin.register(Replica)
 class ReplicaAdmin(admin.ModelAdmin):
     list_display = [
-        "name", "region", "zone", "kind", "state", "hourly_price", "balancer",
-        "model_name", "consecutive_failures", "last_probe_at",
+        "name",
+        "region",
+        "zone",
+        "kind",
+        "state",
+        "hourly_price",
+        "balancer",
+        "model_name",
+        "consecutive_failures",
+        "last_probe_at",
     ]
     list_filter = ["state", "kind", "region", "zone", "model_name"]
     search_fields = ["name", "url"]
@@ -71,8 +79,14 @@ class ReplicaAdmin(admin.ModelAdmin):
 @admin.register(ServiceConfig)
 class ServiceConfigAdmin(admin.ModelAdmin):
     list_display = [
-        "model_name", "policy", "min_replicas", "max_replicas", "target_qps_per_replica",
-        "queue_max_len", "queue_max_wait_s", "updated_at",
+        "model_name",
+        "policy",
+        "min_replicas",
+        "max_replicas",
+        "target_qps_per_replica",
+        "queue_max_len",
+        "queue_max_wait_s",
+        "updated_at",
     ]
     search_fields = ["model_name"]
 

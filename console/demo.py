@@ -37,16 +37,25 @@ BASE_PRICES = {
 
 DEMO_REGIONS = (
     RegionSpec(
-        "us-east", "US East", ("us-east-1a", "us-east-1b"),
-        ((0, "reserved"), (1, "reserved"), (0, "on-demand"), (1, "spot")), Decimal("1.00"),
+        "us-east",
+        "US East",
+        ("us-east-1a", "us-east-1b"),
+        ((0, "reserved"), (1, "reserved"), (0, "on-demand"), (1, "spot")),
+        Decimal("1.00"),
     ),
     RegionSpec(
-        "eu-west", "EU West", ("eu-west-1a", "eu-west-1b"),
-        ((0, "reserved"), (1, "reserved"), (1, "spot")), Decimal("1.08"),
+        "eu-west",
+        "EU West",
+        ("eu-west-1a", "eu-west-1b"),
+        ((0, "reserved"), (1, "reserved"), (1, "spot")),
+        Decimal("1.08"),
     ),
     RegionSpec(
-        "ap-southeast", "Asia Pacific (Singapore)", ("ap-southeast-1a", "ap-southeast-1b"),
-        ((0, "reserved"), (1, "spot")), Decimal("1.15"),
+        "ap-southeast",
+        "Asia Pacific (Singapore)",
+        ("ap-southeast-1a", "ap-southeast-1b"),
+        ((0, "reserved"), (1, "spot")),
+        Decimal("1.15"),
     ),
 )
 

@@ -89,10 +89,18 @@ def ensure_redis(url: str, *, data_dir: Path, start_timeout: float = 10.0) -> Em
     process = subprocess.Popen(
         [
             redis_server_binary(),
-            "--bind", host, "--port", str(port),
-            "--save", "", "--appendonly", "no",
-            "--dir", str(data_dir),
-            "--logfile", str(data_dir / f"redis-{port}.log"),
+            "--bind",
+            host,
+            "--port",
+            str(port),
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(data_dir),
+            "--logfile",
+            str(data_dir / f"redis-{port}.log"),
         ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -108,7 +116,9 @@ def ensure_redis(url: str, *, data_dir: Path, start_timeout: float = 10.0) -> Em
             return EmbeddedRedis(url=url, process=process)
         time.sleep(0.05)
     process.kill()
-    raise RedisUnavailableError(f"embedded redis-server did not answer at {url} in {start_timeout}s")
+    raise RedisUnavailableError(
+        f"embedded redis-server did not answer at {url} in {start_timeout}s"
+    )
 
 
 def _port_in_use(host: str, port: int) -> bool:

@@ -168,6 +168,8 @@ LOGGING = {
         "django.channels.server": {"level": "WARNING"},
         "daphne": {"level": "WARNING"},
         "httpx": {"level": "WARNING"},
+        # The openai client logs every request through its own httpx fork.
+        "httpx2": {"level": "WARNING"},
     },
 }
 

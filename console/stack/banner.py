@@ -43,7 +43,8 @@ Or with curl:
 
 curl -N {base}/chat/completions \\
   -H "Authorization: Bearer {creds.api_key}" -H "Content-Type: application/json" \\
-  -d '{{"model": "{DEMO_MODEL}", "stream": true, "messages": [{{"role": "user", "content": "Hello"}}]}}'
+  -d '{{"model": "{DEMO_MODEL}", "stream": true,
+       "messages": [{{"role": "user", "content": "Hello"}}]}}'
 
 Press Ctrl-C to stop every process.
 """

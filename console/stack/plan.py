@@ -30,8 +30,18 @@ def replica_specs(topology: DemoTopology, options: StackOptions) -> list[ChildSp
     """One emulator process per region, each hosting that region's replicas on their ports."""
     specs = []
     for region in DEMO_REGIONS:
-        args = ["-m", "sim.serve", "--host", topology.host, "--model", DEMO_MODEL,
-                "--profile", options.profile, "--time-scale", str(options.time_scale)]
+        args = [
+            "-m",
+            "sim.serve",
+            "--host",
+            topology.host,
+            "--model",
+            DEMO_MODEL,
+            "--profile",
+            options.profile,
+            "--time-scale",
+            str(options.time_scale),
+        ]
         for replica in topology.replicas_in(region.name):
             args += ["--replica", f"{replica.name}={replica.port}"]
         specs.append(ChildSpec(f"replicas-{region.name}", python_argv(*args)))
@@ -42,8 +52,14 @@ def balancer_specs(topology: DemoTopology) -> list[ChildSpec]:
     return [
         ChildSpec(
             balancer.name,
-            (str(BIN_DIR / "daphne"), "-b", topology.host, "-p", str(balancer.port),
-             "console.asgi:application"),
+            (
+                str(BIN_DIR / "daphne"),
+                "-b",
+                topology.host,
+                "-p",
+                str(balancer.port),
+                "console.asgi:application",
+            ),
             env={"MERIDIAN_BALANCER": balancer.name, "MERIDIAN_DEMO": "true"},
         )
         for balancer in topology.balancers
@@ -53,8 +69,14 @@ def balancer_specs(topology: DemoTopology) -> list[ChildSpec]:
 def console_spec(options: StackOptions) -> ChildSpec:
     return ChildSpec(
         "console",
-        (str(BIN_DIR / "daphne"), "-b", options.host, "-p", str(options.console_port),
-         "console.asgi:application"),
+        (
+            str(BIN_DIR / "daphne"),
+            "-b",
+            options.host,
+            "-p",
+            str(options.console_port),
+            "console.asgi:application",
+        ),
     )
 
 
@@ -62,9 +84,19 @@ def worker_spec(options: StackOptions) -> ChildSpec:
     # One worker with embedded beat keeps the demo to a single control-plane process.
     return ChildSpec(
         "celery",
-        (str(BIN_DIR / "celery"), "-A", "console", "worker", "--beat",
-         "--concurrency", "2", "--loglevel", "INFO",
-         "--schedule", str(options.var_dir / "celerybeat-schedule")),
+        (
+            str(BIN_DIR / "celery"),
+            "-A",
+            "console",
+            "worker",
+            "--beat",
+            "--concurrency",
+            "2",
+            "--loglevel",
+            "INFO",
+            "--schedule",
+            str(options.var_dir / "celerybeat-schedule"),
+        ),
     )
 
 
@@ -80,11 +112,18 @@ def traffic_specs(topology: DemoTopology, options: StackOptions, api_key: str) -
         ChildSpec(
             f"traffic-{balancer.region}",
             python_argv(
-                "manage.py", "replay", "--workload", "conversations",
-                "--region", balancer.region,
-                "--rate", f"{options.traffic_rate * TRAFFIC_SHARE.get(balancer.region, 1.0):.3f}",
-                "--duration", str(options.traffic_duration_s),
-                "--seed", str(index),
+                "manage.py",
+                "replay",
+                "--workload",
+                "conversations",
+                "--region",
+                balancer.region,
+                "--rate",
+                f"{options.traffic_rate * TRAFFIC_SHARE.get(balancer.region, 1.0):.3f}",
+                "--duration",
+                str(options.traffic_duration_s),
+                "--seed",
+                str(index),
             ),
             env={"MERIDIAN_API_KEY": api_key},
             essential=False,

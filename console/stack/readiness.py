@@ -22,9 +22,7 @@ def port_is_free(host: str, port: int) -> bool:
         return sock.connect_ex((host, port)) != 0
 
 
-def wait_until_answering(
-    urls: Iterable[str], children: Iterable[Child], *, timeout: float
-) -> None:
+def wait_until_answering(urls: Iterable[str], children: Iterable[Child], *, timeout: float) -> None:
     """Wait until every URL answers HTTP (any status); raise with the log of a dead child."""
     pending = list(urls)
     watched = list(children)
@@ -34,8 +32,8 @@ def wait_until_answering(
             for child in watched:
                 if child.process.poll() is not None:
                     raise StartupError(
-                        f"{child.spec.name} exited with {child.process.returncode} during start-up; "
-                        f"last lines of {child.log_path}:\n{tail(child.log_path)}"
+                        f"{child.spec.name} exited with {child.process.returncode} during "
+                        f"start-up; last lines of {child.log_path}:\n{tail(child.log_path)}"
                     )
             pending = [url for url in pending if not _answers(client, url)]
             if pending and time.monotonic() > deadline:

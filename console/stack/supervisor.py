@@ -100,4 +100,3 @@ def tail(path: Path, lines: int = 15) -> str:
     if not path.exists():
         return ""
     return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-

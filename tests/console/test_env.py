@@ -25,7 +25,9 @@ def test_unsupported_or_incomplete_database_urls_are_refused(url: str) -> None:
         parse_database_url(url)
 
 
-def test_typed_readers_refuse_bad_values_with_the_variable_name(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_typed_readers_refuse_bad_values_with_the_variable_name(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.setenv("X_BOOL", "maybe")
     monkeypatch.setenv("X_INT", "12abc")
     monkeypatch.setenv("X_FLOAT", "-1")
@@ -37,7 +39,9 @@ def test_typed_readers_refuse_bad_values_with_the_variable_name(monkeypatch: pyt
         env_float("X_FLOAT", 1.0, minimum=0.0)
 
 
-def test_typed_readers_fall_back_to_defaults_and_parse_values(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_typed_readers_fall_back_to_defaults_and_parse_values(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.delenv("X_UNSET", raising=False)
     monkeypatch.setenv("X_ON", "Yes")
     monkeypatch.setenv("X_NUM", "42")

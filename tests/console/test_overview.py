@@ -28,4 +28,3 @@ def test_staff_sees_every_region_its_replicas_and_events(client: Client) -> None
     assert html.count("data-replica=") == 9
     assert "2/4" in html  # us-east: two of four replicas ready
     assert "us-east-r1 is ready" in html
-

@@ -22,7 +22,9 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def wait_http(url: str, *, timeout: float = 20.0, process: subprocess.Popen[bytes] | None = None) -> None:
+def wait_http(
+    url: str, *, timeout: float = 20.0, process: subprocess.Popen[bytes] | None = None
+) -> None:
     """Wait until ``url`` answers any HTTP status (the server is listening)."""
     deadline = time.monotonic() + timeout
     last: Exception | None = None
@@ -56,14 +58,20 @@ class ProcessGroup:
         log = open(self.log_dir / f"{name}.log", "ab")  # noqa: SIM115 - lives as long as the child
         full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
         process = subprocess.Popen(
-            list(argv), cwd=REPO_ROOT, env=full_env, stdout=log, stderr=subprocess.STDOUT,
+            list(argv),
+            cwd=REPO_ROOT,
+            env=full_env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
             start_new_session=True,
         )
         log.close()
         self.processes.append(process)
         return process
 
-    def python(self, name: str, *args: str, env: Mapping[str, str] | None = None) -> subprocess.Popen[bytes]:
+    def python(
+        self, name: str, *args: str, env: Mapping[str, str] | None = None
+    ) -> subprocess.Popen[bytes]:
         return self.start(name, [sys.executable, *args], env=env)
 
     def log_of(self, name: str) -> str:

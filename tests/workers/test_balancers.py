@@ -21,8 +21,15 @@ def redis_client(redis_server) -> Iterator[redis.Redis]:  # type: ignore[no-unty
 
 def beat(ts: float) -> str:
     return Heartbeat(
-        balancer="test-sync-lb", region="us-east", url="http://127.0.0.1:1", ts=ts,
-        healthy_replicas=2, available_replicas=1, inflight=3, queue=0, models={"m": 1},
+        balancer="test-sync-lb",
+        region="us-east",
+        url="http://127.0.0.1:1",
+        ts=ts,
+        healthy_replicas=2,
+        available_replicas=1,
+        inflight=3,
+        queue=0,
+        models={"m": 1},
     ).to_json()
 
 

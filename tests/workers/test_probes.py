@@ -16,7 +16,7 @@ class _Health:
 
 
 class _Handler(BaseHTTPRequestHandler):
-    def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+    def do_GET(self) -> None:
         self.send_response(_Health.status if self.path == "/health" else 404)
         self.send_header("Content-Length", "0")
         self.end_headers()
@@ -41,7 +41,11 @@ def replica(health_server: str) -> Replica:
     region = Region.objects.create(name="us-east")
     zone = Zone.objects.create(region=region, name="us-east-1a")
     return Replica.objects.create(
-        name="r1", url=health_server, model_name="m", region=region, zone=zone,
+        name="r1",
+        url=health_server,
+        model_name="m",
+        region=region,
+        zone=zone,
         state=Replica.State.STARTING,
     )
 

@@ -15,5 +15,7 @@ class Command(BaseCommand):
 
     def handle(self, *args: object, **options: object) -> None:
         key, raw = ApiKey.issue(str(options["name"]))
-        self.stdout.write(f"Issued key {key.prefix}… for {key.name!r}. Store it now; it is not shown again:")
+        self.stdout.write(
+            f"Issued key {key.prefix}… for {key.name!r}. Store it now; it is not shown again:"
+        )
         self.stdout.write(raw)

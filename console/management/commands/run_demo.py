@@ -117,7 +117,8 @@ class Command(BaseCommand):
     ) -> None:
         replicas = [supervisor.start(s) for s in replica_specs(topology, opts)]
         wait_until_answering(
-            [f"http://{opts.host}:{r.port}/health" for r in topology.replicas], replicas,
+            [f"http://{opts.host}:{r.port}/health" for r in topology.replicas],
+            replicas,
             timeout=timeout,
         )
         # Mark replicas ready now rather than at the worker's first beat.
@@ -134,7 +135,9 @@ class Command(BaseCommand):
             for child in supervisor.exited():
                 code = child.process.returncode
                 level = self.style.ERROR if child.spec.essential else self.style.WARNING
-                self.stdout.write(level(f"{child.spec.name} exited with {code}; log {child.log_path}"))
+                self.stdout.write(
+                    level(f"{child.spec.name} exited with {code}; log {child.log_path}")
+                )
                 if child.spec.essential and code != 0:
                     self.stdout.write(tail(child.log_path))
             time.sleep(1.0)

@@ -1,0 +1,40 @@
+"""The style gates from STYLE.md run with the suite, so CI holds every change to them."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from tests.support.processes import REPO_ROOT
+
+
+def run_tool(*argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", *argv], cwd=REPO_ROOT, capture_output=True, text=True, timeout=300
+    )
+
+
+def test_ruff_finds_nothing() -> None:
+    result = run_tool("ruff", "check", ".", "--output-format", "concise")
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_routing_core_is_mypy_strict_clean() -> None:
+    result = run_tool("mypy")
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_routing_core_imports_no_framework() -> None:
+    code = (
+        "import sys, importlib, pkgutil, routing.core as c\n"
+        "for m in pkgutil.walk_packages(c.__path__, 'routing.core.'):\n"
+        "    importlib.import_module(m.name)\n"
+        "bad = sorted(n for n in sys.modules if n.split('.')[0] in "
+        "{'django', 'channels', 'celery', 'httpx', 'redis', 'daphne'})\n"
+        "print(','.join(bad))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == ""
