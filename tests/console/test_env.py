@@ -48,3 +48,17 @@ def test_typed_readers_fall_back_to_defaults_and_parse_values(
     assert env_bool("X_UNSET", True) is True
     assert env_bool("X_ON", False) is True
     assert env_int("X_NUM", 1, minimum=1) == 42
+
+
+@pytest.mark.django_db
+def test_suite_runs_on_the_database_that_database_url_names() -> None:
+    import os
+
+    from django.db import connection
+
+    from console.models import Region
+
+    url = os.environ.get("DATABASE_URL", "")
+    assert connection.vendor == ("postgresql" if url.startswith("postgres") else "sqlite")
+    Region.objects.create(name="round-trip")
+    assert Region.objects.filter(name="round-trip").exists()
