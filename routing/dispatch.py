@@ -183,7 +183,12 @@ class Dispatcher:
         self, call: ProxyCall, target: TargetState
     ) -> tuple[str, bytes, dict[str, str]]:
         url = join_url(target.url, call.request.endpoint.path)
-        headers = {"Content-Type": "application/json", "X-Request-ID": call.request_id}
+        headers = {
+            "Content-Type": "application/json",
+            "X-Request-ID": call.request_id,
+            # Bytes are relayed raw (no decoding on the hot path), so ask for them plain.
+            "Accept-Encoding": "identity",
+        }
         return url, call.request.upstream_body(), headers
 
     def _peer_request(
@@ -194,6 +199,7 @@ class Dispatcher:
             "Content-Type": "application/json",
             "Authorization": call.authorization,
             "X-Request-ID": call.request_id,
+            "Accept-Encoding": "identity",
             HOP_HEADER: self.rt.config.balancer,
         }
         session = call.descriptor.session_key

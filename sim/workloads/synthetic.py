@@ -33,6 +33,11 @@ from sim.workloads.program import ApiKind, Message, Program, ReplyOf, Step
 from sim.workloads.text import seeded, tagged_text, word_text
 
 
+def shared_system_texts(seed: int, count: int, tokens: int) -> tuple[str, ...]:
+    """The long system prompts that several users share (one cacheable prefix each)."""
+    return tuple(word_text(seeded("system", seed, s), tokens) for s in range(count))
+
+
 def _check_range(name: str, low: int, high: int, *, minimum: int = 1) -> None:
     if low < minimum or high < low:
         raise ValueError(f"{name}: need {minimum} <= min <= max, got {low}..{high}")
@@ -71,9 +76,8 @@ class Conversations:
 
     @cached_property
     def system_texts(self) -> tuple[str, ...]:
-        c = self.config
-        return tuple(
-            word_text(seeded("system", c.seed, s), c.system_tokens) for s in range(c.system_prompts)
+        return shared_system_texts(
+            self.config.seed, self.config.system_prompts, self.config.system_tokens
         )
 
     def programs(self) -> Iterator[Program]:
@@ -133,9 +137,8 @@ class SystemPrompts:
 
     @cached_property
     def system_texts(self) -> tuple[str, ...]:
-        c = self.config
-        return tuple(
-            word_text(seeded("system", c.seed, s), c.system_tokens) for s in range(c.system_prompts)
+        return shared_system_texts(
+            self.config.seed, self.config.system_prompts, self.config.system_tokens
         )
 
     def programs(self) -> Iterator[Program]:
