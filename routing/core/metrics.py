@@ -11,13 +11,14 @@ from configuration, never from request content.
 from __future__ import annotations
 
 import math
+from abc import ABC, abstractmethod
 from collections.abc import Iterable, Sequence
 from typing import TypeVar
 
 DEFAULT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
 
-class _Family:
+class _Family(ABC):
     kind = ""
 
     def __init__(self, name: str, help_text: str, labelnames: Sequence[str] = ()) -> None:
@@ -40,8 +41,9 @@ class _Family:
     def header(self) -> list[str]:
         return [f"# HELP {self.name} {self.help}", f"# TYPE {self.name} {self.kind}"]
 
+    @abstractmethod
     def lines(self) -> list[str]:
-        raise NotImplementedError
+        """The family's samples in Prometheus text, one per line."""
 
 
 class Counter(_Family):
