@@ -42,6 +42,11 @@ prefill): ~7 ms decode steps and ~27 ms for a 512-token prefill.
 
 These are assumptions for benchmarking routing policies, not measurements: the
 relative costs (prefill vs decode, queueing vs cache hits) are what matter.
+
+``zero`` models no GPU at all: every step takes no time, so a replica emits
+tokens as fast as its HTTP server can write them.  It exists for measuring
+the balancer itself (``manage.py bench proxy``): with the backends costing
+nothing, whatever the proxy adds is what the benchmark sees.
 """
 
 from __future__ import annotations
@@ -87,6 +92,14 @@ PROFILES: dict[str, StepTimeProfile] = {
             prefill_s_per_token=0.04e-3,
             decode_s_per_seq=0.05e-3,
             kv_read_s_per_token=0.04e-6,
+        ),
+        # No compute: the emulated replica is limited only by its own HTTP server.
+        StepTimeProfile(
+            name="zero",
+            fixed_s=0.0,
+            prefill_s_per_token=0.0,
+            decode_s_per_seq=0.0,
+            kv_read_s_per_token=0.0,
         ),
     )
 }
