@@ -1,14 +1,26 @@
-"""The one interface every routing policy implements.
+"""The one interface every routing policy implements, and a base class for it.
 
 A policy picks a target for a request among candidates the balancer already
-filtered to healthy, routable ones, and hears about completions so stateful
-policies (prefix tries, cache maps) can learn.  Policies hold no globals: each
-balancer builds its own instance from the registry.
+filtered to the targets *available right now* (healthy, not yet tried for this
+request, and passing SkyLB's SP-P/SP-O availability rule, §3.3), and hears
+about completions so stateful policies (prefix tries, cache maps) can learn.
+A policy never returns a target outside ``candidates``.
+
+The same classes serve both of SkyLB's layers (§3.1): locally the targets are
+replicas, remotely they are peer balancers; a policy only sees ``target_id``s.
+
+``on_targets_changed`` tells a policy the full set of targets it may ever be
+asked about (replica added or removed, peer set changed): hash rings rebuild
+from it, tries and cache maps drop what they hold for targets that left.
+
+Policies hold no globals: each balancer builds its own instances from the
+registry (``routing.core.registry``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Sequence
 from typing import Protocol
 
 from routing.core.types import RequestDescriptor, TargetState
@@ -26,3 +38,41 @@ class Policy(Protocol):
     def on_complete(self, request: RequestDescriptor, target: TargetState, ok: bool) -> None:
         """Called once per routed request when it finishes, fails or is cancelled."""
         ...
+
+    def on_targets_changed(self, target_ids: Sequence[str]) -> None:
+        """The complete set of known targets, after any change to it."""
+        ...
+
+
+class PolicyBase(ABC):
+    """No-op ``on_complete``/``on_targets_changed`` so stateless policies stay small."""
+
+    name: str = ""
+
+    @abstractmethod
+    def select(
+        self, request: RequestDescriptor, candidates: Sequence[TargetState]
+    ) -> TargetState | None:
+        """The target for ``request``, or None when no candidate should take it."""
+
+    def on_complete(self, request: RequestDescriptor, target: TargetState, ok: bool) -> None:
+        return None
+
+    def on_targets_changed(self, target_ids: Sequence[str]) -> None:
+        return None
+
+
+def load_key(target: TargetState) -> tuple[int, int, int, str]:
+    """The order "least loaded first" means everywhere in the core.
+
+    Outstanding requests come first because this balancer updates them on every
+    dispatch and completion; the probe's waiting/running counts are up to one
+    probe interval old, so they only break ties; the id makes the order total
+    (tests and the simulator rely on determinism).
+    """
+    return (target.outstanding, target.waiting, target.running, target.target_id)
+
+
+def least_loaded(candidates: Iterable[TargetState]) -> TargetState | None:
+    """The least-loaded candidate by ``load_key``, or None when there is none."""
+    return min(candidates, key=load_key, default=None)

@@ -4,7 +4,8 @@ Outstanding means sent by this balancer and not yet finished, which is exact and
 updated on every dispatch and completion, unlike probe data that is up to one
 probe interval old.  Ties go to the candidate whose latest probe showed the
 fewest waiting then running requests, then to the lowest id so the choice is
-deterministic (tests and the simulator rely on that).
+deterministic (tests and the simulator rely on that).  It is also the fallback
+of every cache-aware policy when the cache says nothing (SkyLB §3.2, 002 §5).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from routing.core.policy import PolicyBase, least_loaded
 from routing.core.types import RequestDescriptor, TargetState
 
 
@@ -20,7 +22,7 @@ class LeastLoadConfig:
     pass
 
 
-class LeastLoadPolicy:
+class LeastLoadPolicy(PolicyBase):
     name = "least_load"
 
     def __init__(self, config: LeastLoadConfig | None = None) -> None:
@@ -29,9 +31,4 @@ class LeastLoadPolicy:
     def select(
         self, request: RequestDescriptor, candidates: Sequence[TargetState]
     ) -> TargetState | None:
-        if not candidates:
-            return None
-        return min(candidates, key=lambda t: (t.outstanding, t.waiting, t.running, t.target_id))
-
-    def on_complete(self, request: RequestDescriptor, target: TargetState, ok: bool) -> None:
-        return None
+        return least_loaded(candidates)

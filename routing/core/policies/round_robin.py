@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from routing.core.policy import PolicyBase
 from routing.core.types import RequestDescriptor, TargetState
 
 
@@ -18,7 +19,7 @@ class RoundRobinConfig:
     pass
 
 
-class RoundRobinPolicy:
+class RoundRobinPolicy(PolicyBase):
     name = "round_robin"
 
     def __init__(self, config: RoundRobinConfig | None = None) -> None:
@@ -32,8 +33,6 @@ class RoundRobinPolicy:
             return None
         ordered = sorted(candidates, key=lambda t: t.target_id)
         choice = ordered[self._counter % len(ordered)]
-        self._counter += 1
+        # Bounded: the counter wraps instead of growing for the life of the process.
+        self._counter = (self._counter + 1) % (1 << 62)
         return choice
-
-    def on_complete(self, request: RequestDescriptor, target: TargetState, ok: bool) -> None:
-        return None
