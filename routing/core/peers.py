@@ -1,16 +1,21 @@
-"""The remote layer of SkyLB's two-layer routing: which peer balancer to forward to.
+"""What balancers tell each other: the ``Heartbeat`` (SkyLB §3.3 availability report).
 
-Every balancer publishes a heartbeat (its availability) under
-``meridian:balancer:<name>:heartbeat`` with a TTL; every balancer reads its
-peers' heartbeats in the background.  A peer is *available* for a model when
-its heartbeat is fresh and it reported at least one available replica of that
-model (SkyLB §3.3: a balancer is available to others when it has an available
-replica and its queue is under a small buffer τ).  Candidates are ranked by
-round-trip time from this region, nearest first (SkyLB §3.2: serve as close to
-the user as possible), then by name so the order is deterministic.
+Every balancer answers ``GET /internal/availability`` with its heartbeat and
+polls its peers' on a short interval; the remote layer
+(``routing.core.remote``) routes on those polled reports.  The same JSON is
+also published to Redis under ``meridian:balancer:<name>:heartbeat`` with a
+TTL, for the control plane and the console; routing never depends on Redis.
 
-The heartbeat's JSON is the contract with the control plane and the console, so
-its fields are listed once here (``Heartbeat``) and nowhere else.
+A report says, per model, how many replicas are *available* under that
+model's pushing rule and how many requests wait in this balancer's queue.  A
+peer is available to others for a model when it has an available replica and
+its queue is at most τ (Algorithm 1, line 12: unavailable when
+``n_avail = 0 or size_q > τ``).
+
+The JSON is the contract with peers, the control plane and the console, so
+its fields are listed once here (``Heartbeat``) and nowhere else.  ``queues``
+(per model) was added after ``queue`` (the total); a report without it is read
+with an empty map, and ``queue`` then stands for every model.
 """
 
 from __future__ import annotations
@@ -40,10 +45,14 @@ class Heartbeat:
     available_replicas: int
     inflight: int
     queue: int
+    # Available replicas per model.
     models: Mapping[str, int] = field(default_factory=dict)
+    # Requests waiting in this balancer's queue per model.
+    queues: Mapping[str, int] = field(default_factory=dict)
 
     def to_json(self) -> str:
-        return json.dumps({**asdict(self), "models": dict(self.models)}, sort_keys=True)
+        data = {**asdict(self), "models": dict(self.models), "queues": dict(self.queues)}
+        return json.dumps(data, sort_keys=True)
 
     @classmethod
     def from_json(cls, raw: str | bytes) -> Heartbeat:
@@ -52,7 +61,6 @@ class Heartbeat:
         if not isinstance(data, dict):
             raise ValueError("heartbeat is not a JSON object")
         try:
-            models = data.get("models") or {}
             return cls(
                 balancer=str(data["balancer"]),
                 region=str(data["region"]),
@@ -62,16 +70,29 @@ class Heartbeat:
                 available_replicas=int(data["available_replicas"]),
                 inflight=int(data["inflight"]),
                 queue=int(data["queue"]),
-                models={str(k): int(v) for k, v in dict(models).items()},
+                models=_counts(data.get("models")),
+                queues=_counts(data.get("queues")),
             )
-        except (KeyError, TypeError) as exc:
+        except (KeyError, TypeError, AttributeError) as exc:
             raise ValueError(f"heartbeat is missing or mistypes a field: {exc}") from None
 
     def age(self, now: float) -> float:
         return max(0.0, now - self.ts)
 
+    def queue_for(self, model: str) -> int:
+        return self.queues.get(model, self.queue)
+
     def available_for(self, model: str, *, queue_buffer: int) -> bool:
-        return self.models.get(model, 0) > 0 and self.queue < queue_buffer
+        """Algorithm 1, line 12: an available replica and a queue of at most τ."""
+        return self.models.get(model, 0) > 0 and self.queue_for(model) <= queue_buffer
+
+
+def _counts(raw: object) -> dict[str, int]:
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise TypeError(f"expected an object of counts, got {type(raw).__name__}")
+    return {str(k): int(v) for k, v in raw.items()}
 
 
 @dataclass(frozen=True, slots=True)

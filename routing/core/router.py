@@ -3,22 +3,34 @@
 ``LocalRouter`` keeps one ``TargetState`` per owned replica (kept across topology
 refreshes, so probe data and health survive), one policy per model (rebuilt only
 when its ServiceConfig changes, so stateful policies keep what they learned),
-and the in-flight ledger.  A replica is a *candidate* for a request when it
-serves the model, is healthy, was not already tried for this request, and has
-fewer outstanding requests than the per-replica cap: SkyLB's SP-O availability
-rule (§3.3), which keeps a burst from piling onto one replica between probes.
+one ``ProbeMark`` per replica for selective pushing, and the in-flight ledger.
 
-``select`` reports why nothing was picked, because the caller answers differently:
-no healthy replica at all → try a peer, else 503; healthy but all at the cap →
-try a peer, else 429.
+A replica is a *candidate* for a request when it serves the model, is healthy,
+was not already tried for this request, and is *available* under the model's
+pushing mode (``routing.core.availability``: SP-P by default, SP-O or blind;
+SkyLB §3.3).  The policy only ever chooses among candidates.
+
+``select`` reports why nothing was picked, because the caller answers
+differently: no healthy replica at all → try a peer, else 503; healthy but
+none available → try a peer, else queue.  Every change that may make a replica
+available (a probe, a finished request, a topology change) calls ``on_change``
+so the glue can hand queued requests out at once, without polling.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from routing.core.availability import (
+    AvailabilityLimits,
+    ProbeMark,
+    PushingConfig,
+    is_available,
+    probe_would_help,
+)
 from routing.core.engine_metrics import EngineLoad
 from routing.core.leases import InflightLedger, Lease
 from routing.core.policy import Policy
@@ -26,6 +38,8 @@ from routing.core.topology import ModelSpec, ReplicaSpec
 from routing.core.types import RequestDescriptor, TargetState
 
 PolicyBuilder = Callable[[str, Mapping[str, Any]], Policy]
+Clock = Callable[[], float]
+_DEFAULT_PUSHING = PushingConfig()
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,20 +64,36 @@ class ReplicaUsage:
 
 
 class LocalRouter:
-    def __init__(self, build_policy: PolicyBuilder, *, max_outstanding: int) -> None:
+    def __init__(
+        self,
+        build_policy: PolicyBuilder,
+        *,
+        max_outstanding: int,
+        probe_stale_s: float = 2.0,
+        clock: Clock = time.monotonic,
+    ) -> None:
         if max_outstanding < 1:
             raise ValueError("max_outstanding must be at least 1")
-        self.max_outstanding = max_outstanding
+        self.limits = AvailabilityLimits(max_outstanding, probe_stale_s)
         self.ledger = InflightLedger()
+        self.clock = clock
+        # Called after anything that may make a replica available (queue wake-up).
+        self.on_change: Callable[[], None] | None = None
         self._build_policy = build_policy
         self._targets: dict[str, TargetState] = {}
+        self._marks: dict[str, ProbeMark] = {}
         self._policies: dict[str, tuple[ModelSpec, Policy]] = {}
         self._usage: dict[str, ReplicaUsage] = {}
+
+    @property
+    def max_outstanding(self) -> int:
+        return self.limits.max_outstanding
 
     # -- topology -----------------------------------------------------------------------
 
     def apply(self, replicas: Iterable[ReplicaSpec], models: Mapping[str, ModelSpec]) -> None:
         """Adopt a new topology snapshot without losing what is known about replicas."""
+        before = self._ids_by_model()
         fresh: dict[str, TargetState] = {}
         for spec in replicas:
             target = self._targets.get(spec.name)
@@ -74,14 +104,30 @@ class LocalRouter:
             target.outstanding = self.ledger.outstanding(spec.name)
             fresh[spec.name] = target
         self._targets = fresh
+        self._marks = {name: self._marks.get(name, ProbeMark()) for name in fresh}
         self._usage = {name: self._usage.get(name, ReplicaUsage()) for name in fresh}
+        old_policies = self._policies
         self._policies = {name: self._policy_for(spec) for name, spec in models.items()}
+        after = self._ids_by_model()
+        for model, (_, policy) in self._policies.items():
+            rebuilt = old_policies.get(model, (None, None))[1] is not policy
+            if rebuilt or before.get(model) != after.get(model):
+                policy.on_targets_changed(after.get(model, []))
+        self._notify()
 
     def _policy_for(self, spec: ModelSpec) -> tuple[ModelSpec, Policy]:
         current = self._policies.get(spec.name)
         if current is not None and current[0] == spec:
             return current
+        if current is not None and _same_policy(current[0], spec):
+            return spec, current[1]  # only pushing or queue bounds changed: keep what it learned
         return spec, self._build_policy(spec.policy, spec.policy_params)
+
+    def _ids_by_model(self) -> dict[str, list[str]]:
+        ids: dict[str, list[str]] = {}
+        for name in sorted(self._targets):
+            ids.setdefault(self._targets[name].model, []).append(name)
+        return ids
 
     def targets(self) -> list[TargetState]:
         return sorted(self._targets.values(), key=lambda t: t.target_id)
@@ -92,11 +138,27 @@ class LocalRouter:
     def usage(self, name: str) -> ReplicaUsage:
         return self._usage.get(name, ReplicaUsage())
 
+    def mark(self, name: str) -> ProbeMark | None:
+        return self._marks.get(name)
+
     def policy_name(self, model: str) -> str | None:
         entry = self._policies.get(model)
         return entry[1].name if entry else None
 
-    # -- selection ----------------------------------------------------------------------
+    def model_spec(self, model: str) -> ModelSpec | None:
+        entry = self._policies.get(model)
+        return entry[0] if entry else None
+
+    def pushing(self, model: str) -> PushingConfig:
+        entry = self._policies.get(model)
+        return entry[0].pushing if entry else _DEFAULT_PUSHING
+
+    # -- availability and selection -----------------------------------------------------
+
+    def is_available(self, target: TargetState, now: float | None = None) -> bool:
+        mark = self._marks.get(target.target_id) or ProbeMark()
+        at = self.clock() if now is None else now
+        return is_available(target, mark, self.pushing(target.model), self.limits, at)
 
     def select(
         self, request: RequestDescriptor, exclude: frozenset[str] = frozenset()
@@ -106,33 +168,60 @@ class LocalRouter:
             for t in self._targets.values()
             if t.model == request.model and t.healthy and t.target_id not in exclude
         ]
-        available = [t for t in healthy if t.outstanding < self.max_outstanding]
+        now = self.clock()
+        available = [t for t in healthy if self.is_available(t, now)]
         entry = self._policies.get(request.model)
         target = entry[1].select(request, available) if entry and available else None
         return Selection(target, len(healthy), len(available))
 
+    def any_available(self, model: str) -> bool:
+        now = self.clock()
+        return any(t.model == model and self.is_available(t, now) for t in self._targets.values())
+
     def lease(self, request: RequestDescriptor, target: TargetState) -> Lease:
         """Take an outstanding slot; its release tells the model's policy how it went."""
         entry = self._policies.get(request.model)
+        mark = self._marks.get(target.target_id)
+        if mark is not None:
+            mark.on_push()
 
         def _done(lease: Lease, ok: bool) -> None:
+            current = self._marks.get(lease.target.target_id)
+            if current is not None:
+                current.on_finish()
             if entry is not None:
                 entry[1].on_complete(request, lease.target, ok)
+            self._notify()
 
         return self.ledger.acquire(target, request.request_id, _done)
 
     def counts(self, model: str | None = None) -> tuple[int, int]:
         """(healthy, available) replicas, for one model or all."""
+        now = self.clock()
         chosen = [t for t in self._targets.values() if model is None or t.model == model]
         healthy = [t for t in chosen if t.healthy]
-        return len(healthy), sum(1 for t in healthy if t.outstanding < self.max_outstanding)
+        return len(healthy), sum(1 for t in healthy if self.is_available(t, now))
 
     def available_by_model(self) -> dict[str, int]:
+        now = self.clock()
         out: dict[str, int] = {}
         for t in self._targets.values():
-            ok = t.healthy and t.outstanding < self.max_outstanding
-            out[t.model] = out.get(t.model, 0) + int(ok)
+            out[t.model] = out.get(t.model, 0) + int(self.is_available(t, now))
         return out
+
+    def reprobe_candidates(self, model: str, min_age_s: float) -> list[str]:
+        """Healthy SP-P replicas of ``model`` held back only by probe news at least
+        ``min_age_s`` old: worth probing again now while requests wait."""
+        now = self.clock()
+        out = []
+        for t in self._targets.values():
+            mark = self._marks.get(t.target_id)
+            if t.model != model or mark is None:
+                continue
+            old = mark.probed_at is None or now - mark.probed_at >= min_age_s
+            if old and probe_would_help(t, mark, self.pushing(model), self.limits, now):
+                out.append(t.target_id)
+        return sorted(out)
 
     # -- health and load feedback ---------------------------------------------------------
 
@@ -152,6 +241,15 @@ class LocalRouter:
         target.running, target.waiting, target.kv_usage = load.running, load.waiting, load.kv_usage
         if load.prefix_hit_rate is not None:
             target.extra["prefix_hit_rate"] = load.prefix_hit_rate
+        mark = self._marks.get(name)
+        if mark is not None:
+            mark.on_probe(
+                self.clock(),
+                running=load.running,
+                waiting=load.waiting,
+                outstanding=target.outstanding,
+            )
+        self._notify()
 
     def record_probe_failure(self, name: str, threshold: int) -> bool:
         """Count a failed probe; True when this one made the replica unhealthy."""
@@ -172,3 +270,11 @@ class LocalRouter:
         usage.prompt_tokens += prompt
         usage.cached_tokens += cached
         usage.completion_tokens += completion
+
+    def _notify(self) -> None:
+        if self.on_change is not None:
+            self.on_change()
+
+
+def _same_policy(a: ModelSpec, b: ModelSpec) -> bool:
+    return (a.policy, dict(a.policy_params)) == (b.policy, dict(b.policy_params))

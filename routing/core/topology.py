@@ -13,6 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from routing.core.availability import PushingConfig
+
 
 @dataclass(frozen=True, slots=True)
 class ReplicaSpec:
@@ -38,11 +40,20 @@ class PeerSpec:
 
 @dataclass(frozen=True, slots=True)
 class ModelSpec:
-    """One served model's routing configuration (from ServiceConfig)."""
+    """One served model's routing configuration (from ServiceConfig).
+
+    ``policy_params`` holds the policy's own parameters only: the selective
+    pushing keys (``"pushing"``, ``"push_budget"``) are split off into
+    ``pushing`` by ``routing.core.availability.split_pushing_params``.
+    """
 
     name: str
     policy: str = "least_load"
     policy_params: Mapping[str, Any] = field(default_factory=dict)
+    pushing: PushingConfig = field(default_factory=PushingConfig)
+    # The regional queue's bounds (SkyLB §3.3): beyond them 429 / 503.
+    queue_max_len: int = 1024
+    queue_max_wait_s: float = 30.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,12 +3,14 @@ across topology refreshes."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pytest
 
+from routing.core.availability import PushingConfig, PushingMode
 from routing.core.engine_metrics import EngineLoad
+from routing.core.policies.least_load import LeastLoadPolicy
 from routing.core.policy import Policy
 from routing.core.registry import build_policy
 from routing.core.router import LocalRouter
@@ -128,3 +130,74 @@ def test_usage_gives_the_cached_token_ratio() -> None:
 def test_cap_must_be_positive() -> None:
     with pytest.raises(ValueError):
         LocalRouter(build_policy, max_outstanding=0)
+
+
+def _sp_router(*names: str, pushing: PushingConfig, clock: list[float]) -> LocalRouter:
+    router = LocalRouter(build_policy, max_outstanding=2, probe_stale_s=1.0, clock=lambda: clock[0])
+    router.apply([_spec(n) for n in names], {MODEL: ModelSpec(MODEL, pushing=pushing)})
+    return router
+
+
+def test_sp_p_router_holds_a_replica_whose_probe_shows_waiting_requests() -> None:
+    clock = [10.0]
+    router = _sp_router("a", "b", pushing=PushingConfig(PushingMode.SP_P), clock=clock)
+    router.record_probe("a", EngineLoad(running=4, waiting=1, kv_usage=0.9))
+    router.record_probe("b", EngineLoad(running=0, waiting=0, kv_usage=0.0))
+    first = router.select(_request())
+    assert first.target is not None and first.target.target_id == "b"
+    assert (first.healthy, first.available) == (2, 1)
+    lease = router.lease(_request(), first.target)
+    # b took its one push since the probe; a still shows a waiting request.
+    assert router.select(_request()).target is None
+    assert router.reprobe_candidates(MODEL, min_age_s=0.0) == ["a", "b"]
+    assert router.reprobe_candidates(MODEL, min_age_s=0.5) == []  # probed just now
+    lease.release(ok=True)
+    assert router.select(_request()).target is first.target
+    clock[0] += 2.0  # probes stale: SP-O's cap (2) decides, a is available again
+    assert router.counts(MODEL) == (2, 2)
+
+
+def test_blind_router_pushes_past_any_cap_and_pushing_change_keeps_the_policy() -> None:
+    clock = [0.0]
+    built: list[str] = []
+
+    def builder(name: str, params: Mapping[str, Any]) -> Policy:
+        built.append(name)
+        return build_policy(name, params)
+
+    router = LocalRouter(builder, max_outstanding=1, clock=lambda: clock[0])
+    blind = ModelSpec(MODEL, "round_robin", pushing=PushingConfig(PushingMode.BLIND))
+    router.apply([_spec("a")], {MODEL: blind})
+    leases = []
+    for i in range(3):
+        target = router.select(_request(str(i))).target
+        assert target is not None
+        leases.append(router.lease(_request(str(i)), target))
+    assert router.available_by_model() == {MODEL: 1}
+    router.apply([_spec("a")], {MODEL: ModelSpec(MODEL, "round_robin")})
+    assert built == ["round_robin"]
+    assert router.select(_request()).target is None  # SP-P without a probe: the cap of 1
+    for lease in leases:
+        lease.release(ok=True)
+
+
+def test_policies_hear_the_target_set_and_changes_wake_the_queue() -> None:
+    seen: list[list[str]] = []
+    wakes: list[int] = []
+
+    class Recording(LeastLoadPolicy):
+        def on_targets_changed(self, target_ids: Sequence[str]) -> None:
+            seen.append(list(target_ids))
+
+    router = LocalRouter(lambda name, params: Recording(), max_outstanding=2)
+    router.on_change = lambda: wakes.append(1)
+    models = {MODEL: ModelSpec(MODEL)}
+    router.apply([_spec("b"), _spec("a")], models)
+    router.apply([_spec("b"), _spec("a")], models)  # nothing changed: no call
+    router.apply([_spec("a")], models)
+    assert seen == [["a", "b"], ["a"]]
+    router.record_probe("a", EngineLoad(running=0, waiting=0, kv_usage=0.0))
+    target = router.target("a")
+    assert target is not None
+    router.lease(_request(), target).release(ok=True)
+    assert len(wakes) == 5  # three applies, one probe, one completion

@@ -1,0 +1,271 @@
+"""The remote layer of SkyLB's two-layer routing, and the decision between layers.
+
+``RemoteRouter`` keeps what this balancer knows about its peers: their
+availability reports (polled over HTTP from ``/internal/availability``, the
+``Heartbeat`` shape), the RTT to each, the requests forwarded to each and not
+finished, and one remote-layer policy per model (``remote_policy_name``:
+SkyLB's snapshot trie of what this region forwarded, the balancer hash ring for
+SkyLB-CH, else nearest-first).
+
+A peer is *available* for a model (Algorithm 1, lines 9-15) when its latest
+report is fresh, it has at least one available replica of the model, and its
+queue does not exceed τ (``queue_buffer``).  As for replicas under SP-P, the
+forwards sent since that report count against its available replicas: a burst
+must not all go to a peer that had room for one (a finished forward gives one
+back).  Freshness is judged by when *we* received the report, never by the
+peer's clock.
+
+``place`` is Algorithm 1's HANDLEREQUEST (§3.1): a local replica when one is
+available, otherwise an available peer chosen by the remote policy, unless the
+request was already forwarded to us (one hop at most: the peer queues it).
+The policy records the choice at select time, which is how the snapshot trie
+learns from each forward.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from routing.core.leases import InflightLedger, Lease
+from routing.core.peers import Heartbeat
+from routing.core.policy import Policy
+from routing.core.router import Clock, LocalRouter, PolicyBuilder
+from routing.core.topology import ModelSpec, PeerSpec
+from routing.core.types import RequestDescriptor, TargetState
+
+
+@dataclass(slots=True)
+class PeerLink:
+    """One peer balancer: where it is, what it last told us, what we sent since."""
+
+    spec: PeerSpec
+    state: TargetState
+    report: Heartbeat | None = None
+    received_at: float | None = None
+    sent_since_report: dict[str, int] = field(default_factory=dict)
+
+    def fresh(self, now: float, max_age_s: float) -> bool:
+        return self.received_at is not None and now - self.received_at <= max_age_s
+
+    def queue_for(self, model: str) -> int:
+        return 0 if self.report is None else self.report.queue_for(model)
+
+    def room_for(self, model: str) -> int:
+        """Available replicas the report showed, less the forwards sent since."""
+        if self.report is None:
+            return 0
+        return self.report.models.get(model, 0) - self.sent_since_report.get(model, 0)
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """Where a request goes, with the slot already taken (released exactly once)."""
+
+    target: TargetState
+    lease: Lease
+    peer: PeerLink | None = None
+
+    @property
+    def label(self) -> str:
+        return self.target.target_id
+
+
+class RemoteRouter:
+    def __init__(
+        self,
+        build_policy: PolicyBuilder,
+        remote_policy_name: Callable[[str], str],
+        *,
+        queue_buffer: int,
+        max_age_s: float,
+        clock: Clock = time.monotonic,
+    ) -> None:
+        self.queue_buffer = queue_buffer
+        self.max_age_s = max_age_s
+        self.clock = clock
+        self.ledger = InflightLedger()
+        self.on_change: Callable[[], None] | None = None
+        self._build_policy = build_policy
+        self._remote_policy_name = remote_policy_name
+        self._links: dict[str, PeerLink] = {}
+        self._policies: dict[str, tuple[str, Mapping[str, Any], Policy]] = {}
+
+    # -- topology and reports -----------------------------------------------------------
+
+    def apply(self, peers: Iterable[PeerSpec], models: Mapping[str, ModelSpec]) -> None:
+        """Adopt the peer list and the models' remote policies, keeping reports."""
+        fresh: dict[str, PeerLink] = {}
+        for spec in peers:
+            link = self._links.get(spec.name)
+            if link is None:
+                link = PeerLink(spec, TargetState(target_id=spec.name, url=spec.url))
+            link.spec = spec
+            link.state.url, link.state.region = spec.url, spec.region
+            link.state.extra["rtt_ms"] = spec.rtt_ms
+            link.state.outstanding = self.ledger.outstanding(spec.name)
+            fresh[spec.name] = link
+        changed = set(fresh) != set(self._links)
+        self._links = fresh
+        ids = sorted(fresh)
+        policies: dict[str, tuple[str, Mapping[str, Any], Policy]] = {}
+        for model, model_spec in models.items():
+            name = self._remote_policy_name(model_spec.policy)
+            # Same-named layers (skylb, skylb_ch) share the service's parameters.
+            params = dict(model_spec.policy_params) if name == model_spec.policy else {}
+            current = self._policies.get(model)
+            if current is not None and (current[0], dict(current[1])) == (name, params):
+                policies[model] = current
+                if changed:
+                    current[2].on_targets_changed(ids)
+                continue
+            policy = self._build_policy(name, params)
+            policy.on_targets_changed(ids)
+            policies[model] = (name, params, policy)
+        self._policies = policies
+        self._notify()
+
+    def record_report(self, name: str, report: Heartbeat) -> None:
+        """A peer answered its availability poll: the count of sends starts over."""
+        link = self._links.get(name)
+        if link is None:
+            return
+        link.report = report
+        link.received_at = self.clock()
+        link.sent_since_report = {}
+        self._notify()
+
+    def links(self) -> list[PeerLink]:
+        return sorted(self._links.values(), key=lambda link: (_rtt(link.spec), link.spec.name))
+
+    def link(self, name: str) -> PeerLink | None:
+        return self._links.get(name)
+
+    def policy_name(self, model: str) -> str | None:
+        entry = self._policies.get(model)
+        return entry[2].name if entry else None
+
+    # -- availability and selection -----------------------------------------------------
+
+    def is_available(self, link: PeerLink, model: str, now: float) -> bool:
+        # Algorithm 1, line 12, with the forwards since the report subtracted.
+        return (
+            link.fresh(now, self.max_age_s)
+            and link.room_for(model) > 0
+            and link.queue_for(model) <= self.queue_buffer
+        )
+
+    def candidates(self, model: str, exclude: frozenset[str] = frozenset()) -> list[TargetState]:
+        """Available peers for ``model`` as targets, nearest first."""
+        now = self.clock()
+        out = []
+        for link in self.links():
+            if link.spec.name in exclude or not self.is_available(link, model, now):
+                continue
+            link.state.waiting = link.queue_for(model)
+            out.append(link.state)
+        return out
+
+    def any_available(self, model: str) -> bool:
+        now = self.clock()
+        return any(self.is_available(link, model, now) for link in self._links.values())
+
+    def has_healthy(self, model: str) -> bool:
+        """Some fresh peer has a healthy replica of ``model`` (busy, maybe)."""
+        now = self.clock()
+        return any(
+            link.fresh(now, self.max_age_s)
+            and link.report is not None
+            and link.report.healthy_replicas > 0
+            and model in link.report.models
+            for link in self._links.values()
+        )
+
+    def select(
+        self, request: RequestDescriptor, exclude: frozenset[str] = frozenset()
+    ) -> TargetState | None:
+        entry = self._policies.get(request.model)
+        candidates = self.candidates(request.model, exclude)
+        if entry is None or not candidates:
+            return None
+        return entry[2].select(request, candidates)
+
+    def lease(self, request: RequestDescriptor, target: TargetState) -> Lease:
+        """Count one forward against the peer; its release tells the remote policy."""
+        entry = self._policies.get(request.model)
+        link = self._links.get(target.target_id)
+        if link is not None:
+            sent = link.sent_since_report
+            sent[request.model] = sent.get(request.model, 0) + 1
+
+        def _done(lease: Lease, ok: bool) -> None:
+            current = self._links.get(lease.target.target_id)
+            if current is not None and current.sent_since_report.get(request.model, 0) > 0:
+                current.sent_since_report[request.model] -= 1
+            if entry is not None:
+                entry[2].on_complete(request, lease.target, ok)
+            self._notify()
+
+        return self.ledger.acquire(target, request.request_id, _done)
+
+    def view(self) -> list[dict[str, Any]]:
+        """Each peer as ``/internal/state`` shows it (the routing view, HTTP-polled)."""
+        now = self.clock()
+        rows = []
+        for link in self.links():
+            beat, fresh = link.report, link.fresh(now, self.max_age_s)
+            rows.append(
+                {
+                    "name": link.spec.name,
+                    "region": link.spec.region,
+                    "url": link.spec.url,
+                    "rtt_ms": None if math.isinf(_rtt(link.spec)) else link.spec.rtt_ms,
+                    "alive": fresh,
+                    "report_age_s": (
+                        None if link.received_at is None else round(now - link.received_at, 3)
+                    ),
+                    "healthy_replicas": beat.healthy_replicas if fresh and beat else 0,
+                    "available_replicas": beat.available_replicas if fresh and beat else 0,
+                    "inflight": beat.inflight if fresh and beat else 0,
+                    "queue": beat.queue if fresh and beat else 0,
+                    "models": dict(beat.models) if fresh and beat else {},
+                    "forwarded_outstanding": link.state.outstanding,
+                }
+            )
+        return rows
+
+    def _notify(self) -> None:
+        if self.on_change is not None:
+            self.on_change()
+
+
+def place(
+    request: RequestDescriptor,
+    local: LocalRouter,
+    remote: RemoteRouter,
+    *,
+    tried: frozenset[str] = frozenset(),
+    tried_peers: frozenset[str] = frozenset(),
+) -> Placement | None:
+    """SkyLB Algorithm 1, HANDLEREQUEST: local first, else an available peer, else wait."""
+    target = local.select(request, tried).target
+    if target is not None:
+        return Placement(target, local.lease(request, target))
+    if request.forwarded:
+        return None  # one hop at most: the peer that forwarded it is full
+    peer = remote.select(request, tried_peers)
+    if peer is None:
+        return None
+    return Placement(peer, remote.lease(request, peer), remote.link(peer.target_id))
+
+
+def nothing_available(model: str, local: LocalRouter, remote: RemoteRouter) -> bool:
+    """No target of either layer could take a request for ``model`` right now."""
+    return not local.any_available(model) and not remote.any_available(model)
+
+
+def _rtt(spec: PeerSpec) -> float:
+    return math.inf if math.isnan(spec.rtt_ms) else spec.rtt_ms
