@@ -7,7 +7,9 @@ from django.contrib import admin
 from console.models import (
     ApiKey,
     Balancer,
+    DrillRun,
     Event,
+    MetricRollup,
     Region,
     RegionLatency,
     Replica,
@@ -51,9 +53,10 @@ class ZoneAdmin(admin.ModelAdmin):
 
 @admin.register(Balancer)
 class BalancerAdmin(admin.ModelAdmin):
-    list_display = ["name", "region", "url", "state", "last_heartbeat"]
-    list_filter = ["state", "region"]
+    list_display = ["name", "region", "url", "state", "last_heartbeat", "health", "last_probe_at"]
+    list_filter = ["state", "health", "region"]
     search_fields = ["name", "url"]
+    readonly_fields = ["last_heartbeat", "last_probe_at", "consecutive_failures"]
 
 
 @admin.register(Replica)
@@ -66,11 +69,12 @@ class ReplicaAdmin(admin.ModelAdmin):
         "state",
         "hourly_price",
         "balancer",
+        "handover",
         "model_name",
         "consecutive_failures",
         "last_probe_at",
     ]
-    list_filter = ["state", "kind", "region", "zone", "model_name"]
+    list_filter = ["state", "kind", "handover", "region", "zone", "model_name"]
     search_fields = ["name", "url"]
     list_select_related = ["region", "zone", "balancer"]
     readonly_fields = ["state_changed_at", "last_probe_at", "consecutive_failures", "created_at"]
@@ -81,6 +85,7 @@ class ServiceConfigAdmin(admin.ModelAdmin):
     list_display = [
         "model_name",
         "policy",
+        "readiness_probe",
         "min_replicas",
         "max_replicas",
         "target_qps_per_replica",
@@ -112,3 +117,59 @@ class EventAdmin(admin.ModelAdmin):
     search_fields = ["subject", "message"]
     date_hierarchy = "created_at"
     readonly_fields = ["created_at", "kind", "severity", "subject", "message", "data"]
+
+
+@admin.register(MetricRollup)
+class MetricRollupAdmin(admin.ModelAdmin):
+    list_display = [
+        "interval_end",
+        "scope",
+        "name",
+        "requests",
+        "errors",
+        "throughput_tokens_s",
+        "cached_token_ratio",
+        "ttft_p50_s",
+        "ttft_p90_s",
+        "inflight",
+        "waiting",
+        "forwarded_in",
+        "forwarded_out",
+    ]
+    list_filter = ["scope", "name"]
+    date_hierarchy = "interval_end"
+
+    # History written by the rollup task; editing it would only make it wrong.
+    def has_add_permission(self, request: object) -> bool:
+        return False
+
+    def has_change_permission(self, request: object, obj: object = None) -> bool:
+        return False
+
+
+@admin.register(DrillRun)
+class DrillRunAdmin(admin.ModelAdmin):
+    list_display = [
+        "started_at",
+        "kind",
+        "target",
+        "outcome",
+        "reaction_s",
+        "bound_s",
+        "succeeded_before",
+        "retried_before",
+        "failed_before",
+        "succeeded_after",
+        "retried_after",
+        "failed_after",
+    ]
+    list_filter = ["kind", "outcome"]
+    search_fields = ["target"]
+    date_hierarchy = "started_at"
+
+    # Drills are run with their management commands, which record them.
+    def has_add_permission(self, request: object) -> bool:
+        return False
+
+    def has_change_permission(self, request: object, obj: object = None) -> bool:
+        return False

@@ -58,11 +58,22 @@ class Balancer(models.Model):
         UP = "up"
         DOWN = "down"
 
+    class Health(models.TextChoices):
+        UNKNOWN = "unknown"
+        HEALTHY = "healthy"
+        UNHEALTHY = "unhealthy"
+
     name = models.SlugField(max_length=64, unique=True)
     region = models.ForeignKey(Region, on_delete=models.CASCADE, related_name="balancers")
     url = models.URLField(help_text="Base URL peers and clients use, e.g. http://127.0.0.1:8101")
+    # ``state`` comes from heartbeats in Redis (workers.balancers) and drives failover;
+    # ``health`` from the control plane's own GET /health probe (workers.balancer_probes),
+    # so a balancer that still beats but answers 503 is visible too.
     state = models.CharField(max_length=8, choices=State.choices, default=State.UP)
     last_heartbeat = models.DateTimeField(null=True, blank=True)
+    health = models.CharField(max_length=12, choices=Health.choices, default=Health.UNKNOWN)
+    last_probe_at = models.DateTimeField(null=True, blank=True)
+    consecutive_failures = models.PositiveIntegerField(default=0)
 
     class Meta:
         ordering = ["region__name", "name"]
@@ -86,6 +97,11 @@ class Replica(models.Model):
         PREEMPTED = "preempted"
         FAILED = "failed"
 
+    class Handover(models.TextChoices):
+        NONE = "", "none"
+        AUTO = "auto", "failover controller"
+        PLANNED = "planned", "operator"
+
     # Replicas in these states may receive new requests.
     ROUTABLE_STATES = frozenset({State.READY})
 
@@ -101,6 +117,19 @@ class Replica(models.Model):
         blank=True,
         related_name="replicas",
         help_text="The balancer that routes to this replica (its region's, or a failover owner)",
+    )
+    # Why ``balancer`` points elsewhere than home, and where home is (NULL: its region's
+    # balancers), so failback restores exactly what failover replaced (SkyLB §4.2).
+    handover = models.CharField(
+        max_length=8, choices=Handover.choices, default=Handover.NONE, blank=True
+    )
+    home_balancer = models.ForeignKey(
+        Balancer,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="+",
+        help_text="The owner before a handover (empty: the balancers of its region)",
     )
     kind = models.CharField(max_length=16, choices=Kind.choices, default=Kind.RESERVED)
     hourly_price = models.DecimalField(max_digits=10, decimal_places=4, default=0)
@@ -124,6 +153,16 @@ class ServiceConfig(models.Model):
     model_name = models.CharField(max_length=128, unique=True)
     policy = models.CharField(max_length=64, default="least_load")
     policy_params = models.JSONField(default=dict, blank=True)
+
+    class ReadinessProbe(models.TextChoices):
+        HEALTH = "health", "GET /health"
+        COMPLETION = "completion", "POST /v1/completions, max_tokens=1"
+
+    # SkyServe's readiness probe may be a real request: a replica whose /health says 200
+    # but whose engine cannot generate is not ready.
+    readiness_probe = models.CharField(
+        max_length=16, choices=ReadinessProbe.choices, default=ReadinessProbe.HEALTH
+    )
     min_replicas = models.PositiveIntegerField(default=1)
     max_replicas = models.PositiveIntegerField(default=16)
     target_qps_per_replica = models.FloatField(default=2.0)
@@ -192,3 +231,86 @@ class Event(models.Model):
         return cls.objects.create(
             kind=kind, message=message, subject=subject, severity=severity, data=data
         )
+
+
+class MetricRollup(models.Model):
+    """One interval's traffic for a region or a replica, from the balancers' counters.
+
+    Counters are deltas between two scrapes of each balancer's ``/metrics`` (the
+    interval is ``interval_start`` to ``interval_end``); gauges (in-flight, queue,
+    waiting) are the values at the end of it.  Written by ``workers.rollups`` every
+    ``MERIDIAN_ROLLUP_PERIOD_S`` and pruned after ``MERIDIAN_ROLLUP_RETENTION_S``.
+    """
+
+    class Scope(models.TextChoices):
+        REGION = "region"
+        REPLICA = "replica"
+
+    scope = models.CharField(max_length=8, choices=Scope.choices)
+    name = models.CharField(max_length=96, help_text="Region or replica name")
+    interval_start = models.DateTimeField()
+    interval_end = models.DateTimeField(db_index=True)
+    requests = models.PositiveIntegerField(default=0)
+    errors = models.PositiveIntegerField(default=0)
+    prompt_tokens = models.PositiveBigIntegerField(default=0)
+    completion_tokens = models.PositiveBigIntegerField(default=0)
+    cached_tokens = models.PositiveBigIntegerField(default=0)
+    cached_token_ratio = models.FloatField(default=0.0)
+    throughput_tokens_s = models.FloatField(
+        default=0.0, help_text="Completion tokens per second over the interval"
+    )
+    waiting = models.PositiveIntegerField(null=True, blank=True, help_text="Replica queue")
+    inflight = models.PositiveIntegerField(default=0)
+    queue_length = models.PositiveIntegerField(default=0)
+    ttft_p50_s = models.FloatField(null=True, blank=True)
+    ttft_p90_s = models.FloatField(null=True, blank=True)
+    forwarded_in = models.PositiveIntegerField(default=0)
+    forwarded_out = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        ordering = ["-interval_end", "scope", "name"]
+        indexes = [models.Index(fields=["scope", "name", "interval_end"])]
+
+    def __str__(self) -> str:
+        return f"{self.scope} {self.name} @ {self.interval_end:%H:%M:%S}"
+
+
+class DrillRun(models.Model):
+    """One failure drill: what was broken, when routing reacted, what clients saw.
+
+    Request counts are split at the reaction point by when each request was *sent*:
+    a request sent after routing reacted must not fail (the drill's pass criterion).
+    """
+
+    class Kind(models.TextChoices):
+        PREEMPT = "preempt"
+        KILL_BALANCER = "kill-balancer"
+        SLOW_REPLICA = "slow-replica"
+
+    class Outcome(models.TextChoices):
+        RUNNING = "running"
+        PASSED = "passed", "passed: routing reacted, nothing failed after it"
+        FAILED_AFTER_REACTION = "failed-after-reaction"
+        NO_REACTION = "no-reaction", "routing did not react within the bound"
+        ABORTED = "aborted"
+
+    kind = models.CharField(max_length=16, choices=Kind.choices)
+    target = models.CharField(max_length=256, help_text="What the drill broke")
+    started_at = models.DateTimeField(default=timezone.now, db_index=True)
+    ended_at = models.DateTimeField(null=True, blank=True)
+    reaction_s = models.FloatField(null=True, blank=True)
+    bound_s = models.FloatField(help_text="Configured time routing had to react")
+    succeeded_before = models.PositiveIntegerField(default=0)
+    retried_before = models.PositiveIntegerField(default=0)
+    failed_before = models.PositiveIntegerField(default=0)
+    succeeded_after = models.PositiveIntegerField(default=0)
+    retried_after = models.PositiveIntegerField(default=0)
+    failed_after = models.PositiveIntegerField(default=0)
+    timeline = models.JSONField(default=list, blank=True)
+    outcome = models.CharField(max_length=24, choices=Outcome.choices, default=Outcome.RUNNING)
+
+    class Meta:
+        ordering = ["-started_at"]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.target} ({self.outcome})"

@@ -3,6 +3,7 @@ that let `make run` work on a fresh machine (SQLite, local Redis, demo mode)."""
 
 from __future__ import annotations
 
+import os
 import secrets
 from pathlib import Path
 
@@ -145,8 +146,9 @@ MERIDIAN_HASH_SEED = env_str("MERIDIAN_HASH_SEED", "meridian")
 MERIDIAN_TOKENIZER_JSON = env_str("MERIDIAN_TOKENIZER_JSON", "")
 # How often a balancer re-reads topology and API keys from the database (off the hot path).
 MERIDIAN_TOPOLOGY_REFRESH_S = env_float("MERIDIAN_TOPOLOGY_REFRESH_S", 2.0, minimum=0.1)
-# In-process replica health probe period (the routing core issue adds /metrics probing).
-MERIDIAN_PROBE_INTERVAL_S = env_float("MERIDIAN_PROBE_INTERVAL_S", 0.5, minimum=0.05)
+# In-process replica /metrics probe period: SP-P selective pushing reads waiting requests
+# from it, so it is sub-second (routing.prober).
+MERIDIAN_PROBE_INTERVAL_S = env_float("MERIDIAN_PROBE_INTERVAL_S", 0.25, minimum=0.05)
 MERIDIAN_PROBE_TIMEOUT_S = env_float("MERIDIAN_PROBE_TIMEOUT_S", 1.0, minimum=0.05)
 MERIDIAN_HEARTBEAT_INTERVAL_S = env_float("MERIDIAN_HEARTBEAT_INTERVAL_S", 1.0, minimum=0.1)
 MERIDIAN_HEARTBEAT_TTL_S = env_float("MERIDIAN_HEARTBEAT_TTL_S", 5.0, minimum=0.5)
@@ -179,6 +181,62 @@ LOGGING = {
 MERIDIAN_REPLICA_MAX_OUTSTANDING = env_int("MERIDIAN_REPLICA_MAX_OUTSTANDING", 32, minimum=1)
 # Retry-After (seconds) sent with 429 (at capacity) and 503 (nothing healthy) answers.
 MERIDIAN_RETRY_AFTER_S = env_int("MERIDIAN_RETRY_AFTER_S", 1, minimum=1)
-# A peer balancer is available for forwarding while its reported queue is below this
-# buffer (SkyLB's τ); with no local queue yet every live peer reports 0.
-MERIDIAN_PEER_QUEUE_BUFFER = env_int("MERIDIAN_PEER_QUEUE_BUFFER", 1, minimum=1)
+# A peer balancer is available for forwarding while it reports an available replica and
+# at most this many requests in its queue (SkyLB's τ, Algorithm 1 line 12).
+MERIDIAN_PEER_QUEUE_BUFFER = env_int("MERIDIAN_PEER_QUEUE_BUFFER", 1, minimum=0)
+
+# --- Control plane (workers/, console/drills/) ------------------------------------------
+# Celery beat periods (seconds); each entry expires at 80 % of its period (workers.schedule).
+MERIDIAN_BALANCER_PROBE_PERIOD_S = env_float("MERIDIAN_BALANCER_PROBE_PERIOD_S", 5.0, minimum=0.5)
+MERIDIAN_FAILOVER_PERIOD_S = env_float("MERIDIAN_FAILOVER_PERIOD_S", 2.0, minimum=0.5)
+MERIDIAN_ROLLUP_PERIOD_S = env_float("MERIDIAN_ROLLUP_PERIOD_S", 10.0, minimum=1.0)
+MERIDIAN_ROLLUP_PRUNE_PERIOD_S = env_float("MERIDIAN_ROLLUP_PRUNE_PERIOD_S", 600.0, minimum=1.0)
+# Rollups older than this are deleted; the live view only needs the latest (in Redis).
+MERIDIAN_ROLLUP_RETENTION_S = env_float("MERIDIAN_ROLLUP_RETENTION_S", 7 * 86400.0, minimum=60.0)
+# The queue the worker consumes and tasks go to: separate stacks can share one Redis.
+CELERY_TASK_DEFAULT_QUEUE = env_str("MERIDIAN_CELERY_QUEUE", "celery")
+# Drills: how often they poll the balancers' /internal/state, and the allowance on top
+# of the configured detection periods before "routing did not react" is declared.
+MERIDIAN_DRILL_POLL_INTERVAL_S = env_float("MERIDIAN_DRILL_POLL_INTERVAL_S", 0.2, minimum=0.05)
+MERIDIAN_DRILL_SLACK_S = env_float("MERIDIAN_DRILL_SLACK_S", 5.0, minimum=0.0)
+# Supervisor (`make run`): restarts of an essential child that exits, and the first delay
+# (doubled per attempt within the window).
+MERIDIAN_RESTART_ATTEMPTS = env_int("MERIDIAN_RESTART_ATTEMPTS", 5, minimum=0)
+MERIDIAN_RESTART_BACKOFF_S = env_float("MERIDIAN_RESTART_BACKOFF_S", 2.0, minimum=0.1)
+
+# --- Selective pushing and cross-region availability (routing/) -------------------------
+# A replica probe older than this says nothing about pending requests: SP-P falls back to
+# the outstanding cap (MERIDIAN_REPLICA_MAX_OUTSTANDING) until a fresh one arrives.
+MERIDIAN_PROBE_STALE_S = env_float("MERIDIAN_PROBE_STALE_S", 2.0, minimum=0.1)
+# While requests wait, an SP-P replica held back only by its last probe is probed again at
+# once, but not more often than this (so a queue cannot turn into a probe storm).
+MERIDIAN_PROBE_MIN_GAP_S = env_float("MERIDIAN_PROBE_MIN_GAP_S", 0.02, minimum=0.0)
+# How often each balancer polls its peers' GET /internal/availability, and how old the last
+# answer may be before the peer counts as unavailable (routing never waits for Redis).
+MERIDIAN_AVAILABILITY_INTERVAL_S = env_float("MERIDIAN_AVAILABILITY_INTERVAL_S", 0.3, minimum=0.05)
+MERIDIAN_AVAILABILITY_TTL_S = env_float("MERIDIAN_AVAILABILITY_TTL_S", 2.0, minimum=0.1)
+
+
+def _internal_token() -> str:
+    """Bearer token of balancer-to-balancer endpoints: from the environment, else generated
+    once into var/ (like the secret key) so every process of one install shares it."""
+    configured = env_str("MERIDIAN_INTERNAL_TOKEN", "")
+    if configured:
+        return configured
+    path = VAR_DIR / "internal_token"
+    if not path.exists():
+        # Balancers of one install often start together: write aside, then link into
+        # place, which fails for all but the first, so they all read the same token.
+        draft = VAR_DIR / f"internal_token.{os.getpid()}"
+        draft.write_text(secrets.token_urlsafe(32))
+        draft.chmod(0o600)
+        try:
+            os.link(draft, path)
+        except FileExistsError:
+            pass
+        finally:
+            draft.unlink()
+    return path.read_text().strip()
+
+
+MERIDIAN_INTERNAL_TOKEN = _internal_token()
