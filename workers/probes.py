@@ -1,7 +1,11 @@
-"""Replica health probes: the control plane's view of which replicas may take traffic.
+"""Replica readiness probes: the control plane's view of which replicas may take traffic.
 
-A replica becomes ``ready`` on its first successful probe and ``failed`` after
-``failure_threshold`` consecutive failed ones; a failed replica that answers
+Each replica is probed the way its model's ``ServiceConfig.readiness_probe`` says:
+``health`` GETs ``/health``; ``completion`` POSTs a real one-token completion to
+``/v1/completions`` (SkyServe's readiness probe: a server whose health endpoint
+answers while its engine cannot generate is not ready).  A replica becomes
+``ready`` on its first successful probe and ``failed`` after ``failure_threshold``
+consecutive failed ones; a failed replica that answers
 again goes back to ``ready``.  Each transition is an Event.  Balancers read the
 states in their topology refresh, so a failed replica leaves routing within one
 probe period plus one refresh.  (Balancers also probe their own replicas every few
@@ -11,13 +15,14 @@ hundred ms in-process; this slower probe is the durable record.)
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable
 from dataclasses import dataclass
 
 import httpx
 from django.db import transaction
 from django.utils import timezone
 
-from console.models import Event, Replica
+from console.models import Event, Replica, ServiceConfig
 
 # States whose replicas are probed; drained, terminated and preempted ones are not ours to revive.
 PROBED_STATES = (Replica.State.STARTING, Replica.State.READY, Replica.State.FAILED)
@@ -37,24 +42,49 @@ class ProbeTransition:
     new_state: str
 
 
-async def _probe_one(client: httpx.AsyncClient, replica_id: int, url: str) -> ProbeResult:
+@dataclass(frozen=True)
+class ProbeTarget:
+    replica_id: int
+    url: str
+    model: str
+    mode: str  # a ServiceConfig.ReadinessProbe value
+
+
+def _request(client: httpx.AsyncClient, target: ProbeTarget) -> Awaitable[httpx.Response]:
+    base = target.url.rstrip("/")
+    if target.mode == ServiceConfig.ReadinessProbe.COMPLETION:
+        body = {"model": target.model, "prompt": "ping", "max_tokens": 1, "stream": False}
+        return client.post(base + "/v1/completions", json=body)
+    return client.get(base + "/health")
+
+
+async def _probe_one(client: httpx.AsyncClient, target: ProbeTarget) -> ProbeResult:
     try:
-        response = await client.get(url.rstrip("/") + "/health")
+        response = await _request(client, target)
     except httpx.HTTPError as exc:
-        return ProbeResult(replica_id, False, f"{type(exc).__name__}: {exc}")
+        return ProbeResult(target.replica_id, False, f"{type(exc).__name__}: {exc}")
     if response.status_code == 200:
-        return ProbeResult(replica_id, True, "200")
-    return ProbeResult(replica_id, False, f"HTTP {response.status_code}")
+        return ProbeResult(target.replica_id, True, f"{target.mode} 200")
+    return ProbeResult(target.replica_id, False, f"{target.mode} HTTP {response.status_code}")
 
 
-async def _probe_all(targets: list[tuple[int, str]], timeout: float) -> list[ProbeResult]:
-    async with httpx.AsyncClient(timeout=timeout) as client:
-        return await asyncio.gather(*(_probe_one(client, rid, url) for rid, url in targets))
+async def _probe_all(targets: list[ProbeTarget], timeout: float) -> list[ProbeResult]:
+    # trust_env=False: replica URLs are internal and must never go through an env proxy.
+    async with httpx.AsyncClient(timeout=timeout, trust_env=False) as client:
+        return await asyncio.gather(*(_probe_one(client, target) for target in targets))
+
+
+def probe_targets() -> list[ProbeTarget]:
+    """Every probed replica with the readiness probe its model is configured for."""
+    modes = dict(ServiceConfig.objects.values_list("model_name", "readiness_probe"))
+    rows = Replica.objects.filter(state__in=PROBED_STATES).values_list("id", "url", "model_name")
+    default = ServiceConfig.ReadinessProbe.HEALTH
+    return [ProbeTarget(rid, url, model, modes.get(model, default)) for rid, url, model in rows]
 
 
 def probe_replicas(*, timeout: float = 2.0, failure_threshold: int = 2) -> list[ProbeTransition]:
     """Probe every live replica once, concurrently, and apply state transitions."""
-    targets = list(Replica.objects.filter(state__in=PROBED_STATES).values_list("id", "url"))
+    targets = probe_targets()
     if not targets:
         return []
     results = asyncio.run(_probe_all(targets, timeout))

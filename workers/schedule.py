@@ -13,9 +13,16 @@ def _every(task: str, period_s: float) -> dict[str, Any]:
 
 
 def beat_schedule() -> dict[str, dict[str, Any]]:
+    s = settings
     return {
-        "probe-replicas": _every("workers.tasks.probe_replicas", settings.MERIDIAN_PROBE_PERIOD_S),
-        "sync-balancers": _every(
-            "workers.tasks.sync_balancers", settings.MERIDIAN_BALANCER_SYNC_PERIOD_S
+        "probe-replicas": _every("workers.tasks.probe_replicas", s.MERIDIAN_PROBE_PERIOD_S),
+        "probe-balancers": _every(
+            "workers.tasks.probe_balancers", s.MERIDIAN_BALANCER_PROBE_PERIOD_S
         ),
+        "sync-balancers": _every("workers.tasks.sync_balancers", s.MERIDIAN_BALANCER_SYNC_PERIOD_S),
+        "failover-balancers": _every(
+            "workers.tasks.failover_balancers", s.MERIDIAN_FAILOVER_PERIOD_S
+        ),
+        "rollup-metrics": _every("workers.tasks.rollup_metrics", s.MERIDIAN_ROLLUP_PERIOD_S),
+        "prune-rollups": _every("workers.tasks.prune_rollups", s.MERIDIAN_ROLLUP_PRUNE_PERIOD_S),
     }
