@@ -1,0 +1,126 @@
+"""SkyLB's prefix trie: which targets served which prefixes (SkyLB §3.2).
+
+A logical trie over a request's chained block hashes (one node per 16-token
+block).  Each node records the targets a request through it was routed to,
+with the insertion sequence number, so the path from the root to a node is a
+prefix and the node's targets are where that prefix was sent.  The balancer
+inserts at decision time: the path of the request is added and the chosen
+target recorded at every node along it.
+
+The same structure is the *regional snapshot* of the remote layer: a trie whose
+targets are peer balancers, recording what this region forwarded where (§3.2:
+cross-region prefix affinity is low, 2.5%, so this region's own forwards are
+the prefixes worth matching remotely).
+
+Matching (``match``) walks the request's path and keeps only targets that are
+available (the caller's candidates).  Because a child's targets are always a
+subset of its parent's (a target is recorded on the whole path), the walk stops
+early at the first node with no available target: nothing deeper can have one.
+
+Bound and eviction: at most ``max_nodes`` nodes.  Beyond it the oldest
+insertions are evicted first ("starting with the earliest inserted records",
+§3.2), where re-inserting a prefix refreshes it, so a popular system prompt
+stays while one-off tails go.  Nodes are kept in an insertion-ordered map and
+each insertion touches its path deepest-first, so a parent is always newer than
+its children and the oldest node is always a leaf: eviction is O(1) per node
+and never orphans a subtree.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Collection, Iterable, Sequence
+
+
+class TrieNode:
+    __slots__ = ("children", "key", "parent", "targets")
+
+    def __init__(self, key: int, parent: TrieNode | None) -> None:
+        self.key = key
+        self.parent = parent
+        self.children: dict[int, TrieNode] = {}
+        # target id -> sequence number of the latest insertion that recorded it here
+        self.targets: dict[str, int] = {}
+
+
+class PrefixTrie:
+    """A bounded trie of block-hash paths, each node labelled with its targets."""
+
+    def __init__(self, max_nodes: int) -> None:
+        if max_nodes < 1:
+            raise ValueError("max_nodes must be at least 1")
+        self.max_nodes = max_nodes
+        self.root = TrieNode(0, None)
+        # Every node but the root, oldest insertion first.
+        self._lru: OrderedDict[TrieNode, None] = OrderedDict()
+        self._seq = 0
+
+    def __len__(self) -> int:
+        return len(self._lru)
+
+    def insert(self, hashes: Sequence[int], target: str) -> None:
+        """Record that the prefix ``hashes`` was routed to ``target``."""
+        if not hashes:
+            return
+        self._seq += 1
+        seq, node, path = self._seq, self.root, []
+        # A path longer than the bound would only evict its own tail.
+        for h in hashes[: self.max_nodes]:
+            child = node.children.get(h)
+            if child is None:
+                child = node.children[h] = TrieNode(h, node)
+            child.targets[target] = seq
+            path.append(child)
+            node = child
+        lru = self._lru
+        for n in reversed(path):
+            lru[n] = None
+            lru.move_to_end(n)
+        self._evict()
+
+    def match(self, hashes: Sequence[int], available: Collection[str]) -> tuple[int, set[str]]:
+        """Blocks of the longest prefix an available target served, and those targets."""
+        node, depth = self.root, 0
+        alive: Collection[str] = available  # narrowed to a set at the first matched node
+        for h in hashes:
+            child = node.children.get(h)
+            if child is None:
+                break
+            deeper = child.targets.keys() & alive
+            if not deeper:
+                break  # SkyLB's early stop: a child's targets are a subset of these
+            node, alive, depth = child, deeper, depth + 1
+        return (depth, set(alive)) if depth else (0, set())
+
+    def targets_at(self, hashes: Sequence[int]) -> dict[str, int]:
+        """The targets (with insertion sequence) recorded at the node of ``hashes``."""
+        node: TrieNode | None = self.root
+        for h in hashes:
+            node = node.children.get(h) if node else None
+        return dict(node.targets) if node and node is not self.root else {}
+
+    def retain_targets(self, target_ids: Iterable[str]) -> None:
+        """Forget every target not in ``target_ids``; drop nodes left with no target."""
+        keep = frozenset(target_ids)
+        for node in list(self._lru):
+            for target in [t for t in node.targets if t not in keep]:
+                del node.targets[target]
+            if not node.targets:
+                self._unlink(node)
+
+    def _evict(self) -> None:
+        lru = self._lru
+        while len(lru) > self.max_nodes:
+            oldest, _ = lru.popitem(last=False)
+            self._detach(oldest)
+
+    def _unlink(self, node: TrieNode) -> None:
+        self._lru.pop(node, None)
+        self._detach(node)
+
+    @staticmethod
+    def _detach(node: TrieNode) -> None:
+        parent = node.parent
+        if parent is not None and parent.children.get(node.key) is node:
+            del parent.children[node.key]
+        node.parent = None
