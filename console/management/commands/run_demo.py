@@ -8,6 +8,7 @@ everything is, and stops every child on Ctrl-C or SIGTERM.
 
 from __future__ import annotations
 
+import dataclasses
 import signal
 import time
 from pathlib import Path
@@ -31,7 +32,7 @@ from console.stack.plan import (
     worker_spec,
 )
 from console.stack.readiness import StartupError, port_is_free, wait_until_answering
-from console.stack.supervisor import Supervisor, tail
+from console.stack.supervisor import RestartPolicy, Supervisor, tail
 from workers.probes import probe_replicas
 
 
@@ -55,7 +56,14 @@ class Command(BaseCommand):
         topology = plan_demo(opts.host, opts.balancer_base_port, opts.replica_base_port)
         self.check_ports(opts, topology)
         redis_handle = self.start_redis(opts.var_dir)
-        supervisor = Supervisor(opts.var_dir / "logs", Path(settings.BASE_DIR))
+        supervisor = Supervisor(
+            opts.var_dir / "logs",
+            Path(settings.BASE_DIR),
+            restart_policy=RestartPolicy(
+                attempts=settings.MERIDIAN_RESTART_ATTEMPTS,
+                backoff_s=settings.MERIDIAN_RESTART_BACKOFF_S,
+            ),
+        )
         signal.signal(signal.SIGTERM, _raise_stop)
         signal.signal(signal.SIGINT, _raise_stop)
         try:
@@ -123,9 +131,9 @@ class Command(BaseCommand):
         )
         # Mark replicas ready now rather than at the worker's first beat.
         probe_replicas(failure_threshold=settings.MERIDIAN_PROBE_FAILURE_THRESHOLD)
-        services = [supervisor.start(s) for s in balancer_specs(topology)]
-        services.append(supervisor.start(console_spec(opts)))
-        services.append(supervisor.start(worker_spec(opts)))
+        # Balancers, console and Celery come back if they die (replicas do not: drills).
+        restartable = [*balancer_specs(topology), console_spec(opts), worker_spec(opts)]
+        services = [supervisor.start(dataclasses.replace(s, restart=True)) for s in restartable]
         urls = [f"http://{opts.host}:{b.port}/health" for b in topology.balancers]
         urls.append(f"http://{opts.host}:{opts.console_port}/admin/login/")
         wait_until_answering(urls, services, timeout=timeout)
@@ -140,4 +148,8 @@ class Command(BaseCommand):
                 )
                 if child.spec.essential and code != 0:
                     self.stdout.write(tail(child.log_path))
+                if supervisor.gave_up(child):
+                    self.stdout.write(self.style.ERROR(f"{child.spec.name}: not restarting"))
+            for child in supervisor.restart_due():
+                self.stdout.write(f"{child.spec.name} restarted (attempt {child.restarts})")
             time.sleep(1.0)
