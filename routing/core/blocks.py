@@ -43,10 +43,31 @@ def block_hashes(
     extra: str = "",
     seed: str = DEFAULT_SEED,
 ) -> list[int]:
-    """Hashes of every full block of ``tokens``, each chained to the one before."""
+    """Hashes of every full block of ``tokens``, each chained to the one before.
+
+    Equal, value for value, to chaining ``block_hash`` over the blocks: blake2b of a
+    concatenation equals blake2b fed the same bytes in pieces.  The token ids are
+    packed once and each block fed to a copy of one primed hasher, which keeps
+    hashing an 8k-token prompt well under a millisecond (``manage.py bench routing``).
+    """
+    packed = memoryview(array("I", tokens).tobytes())
+    step = block_size * packed_itemsize()
+    suffix = b"\x00" + extra.encode() if extra else b""
+    # Copying a primed hasher is about twice as cheap as constructing one per block.
+    blank = hashlib.blake2b(digest_size=8)
+    parent = root_hash(seed).to_bytes(8, "big")
     hashes: list[int] = []
-    parent = root_hash(seed)
-    for start in range(0, len(tokens) - block_size + 1, block_size):
-        parent = block_hash(parent, tokens[start : start + block_size], extra)
-        hashes.append(parent)
+    for start in range(0, (len(tokens) // block_size) * step, step):
+        h = blank.copy()
+        h.update(parent)
+        h.update(packed[start : start + step])
+        if suffix:
+            h.update(suffix)
+        parent = h.digest()
+        hashes.append(int.from_bytes(parent, "big"))
     return hashes
+
+
+def packed_itemsize() -> int:
+    """Bytes per token id in the hashed representation (array 'I')."""
+    return array("I").itemsize
