@@ -120,13 +120,23 @@ class CacheMap:
     ) -> tuple[int, set[str]]:
         """Blocks of the longest prefix held by an available replica, and its holders."""
         depth, alive = 0, available
+        only: str | None = None  # set once a single holder remains: a cheaper walk
         holders = self._holders
         for h in block_hashes:
             held = holders.get(h)
-            deeper = held.keys() & alive if held else None
+            if held is None:
+                break
+            if only is not None:
+                if only not in held:
+                    break
+                depth += 1
+                continue
+            deeper = held.keys() & alive
             if not deeper:
                 break
             depth, alive = depth + 1, deeper
+            if len(deeper) == 1:
+                only = next(iter(deeper))
         return (depth, set(alive)) if depth else (0, set())
 
     # -- speculation --------------------------------------------------------------------

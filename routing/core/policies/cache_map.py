@@ -72,9 +72,12 @@ class CacheMapPolicy(PolicyBase):
         if not candidates:
             return None
         self.cache_map.expire()
-        chosen = self._sticky(request, candidates) or least_loaded(candidates)
+        chosen, held = self._sticky(request, candidates)
+        if chosen is None:
+            chosen, held = least_loaded(candidates), 0
         if chosen is not None:
-            blocks = request.block_hashes[: self.config.max_speculative_blocks]
+            # The first ``held`` blocks are already recorded for the chosen holder.
+            blocks = request.block_hashes[held : self.config.max_speculative_blocks]
             self.cache_map.speculate(chosen.target_id, blocks)
         return chosen
 
@@ -88,9 +91,10 @@ class CacheMapPolicy(PolicyBase):
 
     def _sticky(
         self, request: RequestDescriptor, candidates: Sequence[TargetState]
-    ) -> TargetState | None:
+    ) -> tuple[TargetState | None, int]:
+        """The least-loaded holder of the longest held prefix, and that prefix's length."""
         if not request.block_hashes:
-            return None
+            return None, 0
         by_id = {t.target_id: t for t in candidates}
         depth, holders = self.cache_map.longest_prefix(request.block_hashes, by_id.keys())
-        return least_loaded(by_id[r] for r in holders) if depth else None
+        return least_loaded(by_id[r] for r in holders), depth
