@@ -1,0 +1,35 @@
+"""``manage.py bench routing --quick``: every policy gets a row, every table prints.
+
+No timing is asserted (timing claims live in the benchmark's own output).
+"""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+from django.core.management import CommandError, call_command
+
+from routing.core.registry import policy_names
+
+
+def test_quick_run_prints_a_row_per_policy_and_every_table() -> None:
+    out = io.StringIO()
+    call_command("bench", "routing", "--quick", "--seed", "3", stdout=out)
+    lines = out.getvalue().splitlines()
+    header = next(i for i, line in enumerate(lines) if line.split()[:2] == ["policy", "targets"])
+    rows = [line.split() for line in lines[header + 1 :] if line.strip()]
+    rows = rows[: next(i for i, r in enumerate(rows) if r[0] == "tokenization")]
+    assert sorted({r[0] for r in rows}) == policy_names()
+    assert {r[1] for r in rows} == {"8", "64"}
+    assert all(len(r) == 9 for r in rows)  # policy, targets, 3 x (p50, p99), verdict
+    assert any(line.startswith("8192 ") for line in lines)  # tokenization row
+    memory = [line.split() for line in lines if line.split()[-1:] in (["yes"], ["NO"])]
+    # One row per structure, and each stayed within its configured bound.
+    assert [m[0] for m in memory] == ["skylb", "sglang", "cache"]
+    assert all(m[-1] == "yes" for m in memory)
+
+
+def test_unknown_policies_are_refused() -> None:
+    with pytest.raises(CommandError, match="unknown policies: nope"):
+        call_command("bench", "routing", "--quick", "--policies", "nope", stdout=io.StringIO())
