@@ -4,6 +4,8 @@ policy honours the interface contract the balancer relies on."""
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from routing.core.policy import PolicyBase, least_loaded, load_key
 from routing.core.registry import (
@@ -91,3 +93,28 @@ def test_least_loaded_orders_by_outstanding_then_probe_then_id() -> None:
     assert least_loaded([a, b, c, d]) is c
     assert sorted([a, b, c, d], key=load_key) == [c, d, b, a]
     assert least_loaded([]) is None
+
+
+STATEFUL = ["cache_map", "consistent_hash", "sglang", "skylb", "skylb_ch"]
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.sampled_from(STATEFUL),
+    st.lists(
+        st.tuples(st.integers(0, 5), st.integers(1, 12), st.sets(st.integers(0, 5), min_size=1)),
+        min_size=1,
+        max_size=25,
+    ),
+)
+def test_stateful_policies_only_ever_choose_an_available_target(
+    name: str, steps: list[tuple[int, int, set[int]]]
+) -> None:
+    """Whatever they learned, a learned favourite that is not a candidate is never chosen."""
+    policy = build_policy(name)
+    pool = targets(6)
+    policy.on_targets_changed([t.target_id for t in pool])
+    for tag, length, available in steps:
+        subset = [pool[i] for i in sorted(available)]
+        chosen = policy.select(request(prefix(tag, length), session=f"s{tag}"), subset)
+        assert chosen is not None and any(chosen is t for t in subset)
