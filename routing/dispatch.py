@@ -1,26 +1,34 @@
-"""Send one validated request somewhere: a local replica, else the nearest peer.
+"""Send one validated request somewhere: SkyLB's two layers behind a regional queue.
 
-SkyLB's two layers (§3.2): the request goes to a local replica when one is
-available (chosen by the model's policy); otherwise to the nearest *available*
-peer balancer, with the hop header ``X-Meridian-Forwarded-From`` so the peer
-serves it locally and never forwards it again.  A failed attempt before the
-first byte excludes that target and tries the next, up to
-``MERIDIAN_MAX_ATTEMPTS`` attempts in all; a replica that failed is marked
-unhealthy at once (the prober brings it back), never retried for this request.
+A request asks ``routing.core.remote.place`` (Algorithm 1, HANDLEREQUEST, §3.1)
+for a target: a local replica when one is *available* (SP-P/SP-O/blind,
+§3.3), otherwise an available peer balancer chosen by the remote-layer policy,
+unless the request was forwarded to us (hop header
+``X-Meridian-Forwarded-From``: never a second hop).  When nothing is available
+but something healthy exists, the request waits FCFS in the model's queue
+(``QueuePump``) until a probe, a completion or a peer report frees a target,
+or its deadline passes (503), or the queue is full (429).
 
-Every attempt holds a lease (``routing.core.leases``): released in this
+A failed attempt before the first byte excludes that target and tries again
+(through the queue, at its front), up to ``MERIDIAN_MAX_ATTEMPTS`` attempts; a
+replica that failed is marked unhealthy at once (the prober brings it back).
+
+Every placement holds a lease taken when it was placed: released in this
 module's ``finally`` when the attempt does not become the response, by
-``_settle`` when a buffered response is built, or by the ``RelayStream``'s
-finish hook when a streamed one ends in any way.
+``_settle`` when a buffered response is built, by the ``RelayStream``'s finish
+hook when a streamed one ends in any way, or by ``_wait`` when the client left
+in the instant between placement and resumption.
 
-Demo mode sleeps one configured inter-region RTT before each forward, so the
-console and the benchmarks see what a real cross-region hop costs; production
-does not (the network already charges it).
+Demo mode charges the configured inter-region RTT once each way on a forward:
+half before the request is sent, half before the first byte is relayed back, so
+TTFT grows by one RTT as it would across regions.  Production does not sleep
+(the network already charges it).
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import math
@@ -34,10 +42,11 @@ from django.http import HttpResponse, HttpResponseBase, StreamingHttpResponse
 from routing.core import errors
 from routing.core.leases import Lease
 from routing.core.openai_request import CompletionRequest
-from routing.core.peers import PeerCandidate, rank_peers
+from routing.core.pending_queue import QueuedRequest, QueueFullError
+from routing.core.remote import PeerLink, Placement, nothing_available, place
 from routing.core.sse import SseRelay, Usage
-from routing.core.types import RequestDescriptor, TargetState
-from routing.telemetry import CLIENT_CLOSED
+from routing.core.types import RequestDescriptor
+from routing.telemetry import CLIENT_CLOSED, QUEUE_CANCELLED, QUEUE_PLACED, QUEUE_TIMEOUT
 from routing.upstream import (
     OUTCOME_CLIENT_CLOSED,
     OUTCOME_OK,
@@ -76,22 +85,95 @@ class ProxyCall:
 
 
 @dataclass(frozen=True, slots=True)
-class _Target:
-    """Where one attempt goes: a replica (``peer`` None) or a peer balancer."""
+class Waiter:
+    """A queued request as the pump sees it: where to deliver the placement, and
+    which targets already failed it."""
 
-    state: TargetState
-    peer: PeerCandidate | None = None
+    future: asyncio.Future[Placement]
+    tried: frozenset[str]
+    tried_peers: frozenset[str]
 
-    @property
-    def label(self) -> str:
-        return self.peer.spec.name if self.peer else self.state.target_id
+
+class QueuePump:
+    """Hands queued requests to targets the moment one is available (SkyLB §3.3).
+
+    Probes, completions, failures, peer reports and topology changes call
+    ``wake`` (the routers' ``on_change``); wake-ups are coalesced into one
+    ``call_soon`` and the drain is synchronous, so no await separates seeing a
+    target available from taking its lease.  One timer, set for the earliest
+    deadline, expires waiting requests (503); nothing polls.
+    """
+
+    def __init__(self, runtime: BalancerRuntime) -> None:
+        self.rt = runtime
+        self._scheduled = False
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at = math.inf
+
+    def wake(self) -> None:
+        if not self._scheduled:
+            self._scheduled = True
+            self.rt.loop.call_soon(self._drain_all)
+
+    def queued(self) -> None:
+        """A request was queued: try to place it, and make sure its deadline is timed."""
+        self.wake()
+        self._arm()
+
+    def _drain_all(self) -> None:
+        self._scheduled = False
+        rt = self.rt
+        for model, queue in rt.queues.items():
+            if not queue:
+                continue
+            exhausted = functools.partial(nothing_available, model, rt.router, rt.remote)
+            placed = queue.drain(self._place, exhausted)
+            now = rt.loop.time()
+            for entry, placement in placed:
+                entry.payload.future.set_result(placement)
+                rt.metrics.queue_wait.observe(entry.waited(now), model, QUEUE_PLACED)
+            if queue:
+                rt.prober.probe_soon(rt.router.reprobe_candidates(model, rt.config.probe_min_gap_s))
+        self._arm()
+
+    def _place(self, entry: QueuedRequest[Waiter]) -> Placement | None:
+        waiter = entry.payload
+        if waiter.future.done():
+            return None  # its client left; its own task takes the entry out
+        return place(
+            entry.request,
+            self.rt.router,
+            self.rt.remote,
+            tried=waiter.tried,
+            tried_peers=waiter.tried_peers,
+        )
+
+    def _arm(self) -> None:
+        deadline = self.rt.queues.next_deadline()
+        if deadline is None or deadline >= self._timer_at:
+            return  # the timer already set fires first and re-arms
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer, self._timer_at = self.rt.loop.call_at(deadline, self._expire), deadline
+
+    def _expire(self) -> None:
+        self._timer, self._timer_at = None, math.inf
+        # A millisecond of slack: the loop may fire a timer a hair before its time.
+        now = self.rt.loop.time() + 0.001
+        retry = self.rt.config.retry_after_s
+        for entry in self.rt.queues.expire(now):
+            model, waited, future = entry.request.model, entry.waited(now), entry.payload.future
+            if future.done():
+                self.rt.metrics.queue_wait.observe(waited, model, QUEUE_CANCELLED)
+                continue
+            future.set_exception(errors.queue_timeout(model, waited, retry))
+            self.rt.metrics.queue_wait.observe(waited, model, QUEUE_TIMEOUT)
+        self._arm()
 
 
 class Dispatcher:
     def __init__(self, runtime: BalancerRuntime) -> None:
         self.rt = runtime
-        # Lease targets for peers, so forwarded requests count in the in-flight total.
-        self._peer_states: dict[str, TargetState] = {}
         # The demo's emulated RTT wait; a seam so tests can observe it without waiting.
         self.sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
 
@@ -100,74 +182,95 @@ class Dispatcher:
         tried_peers: set[str] = set()
         last: UpstreamFailure | None = None
         for attempt in range(self.rt.config.max_attempts):
-            target = self._next_target(call, tried, tried_peers)
-            if target is None:
+            placement = await self._placement(
+                call, frozenset(tried), frozenset(tried_peers), retry=attempt > 0
+            )
+            if placement is None:
                 break
             if attempt:
                 self.rt.metrics.retries.inc(call.request.model)
-            (tried_peers if target.peer else tried).add(target.label)
-            outcome = await self._attempt(call, target)
+            (tried_peers if placement.peer else tried).add(placement.label)
+            outcome = await self._attempt(call, placement)
             if isinstance(outcome, HttpResponseBase):
                 return outcome
             last = outcome
         raise self._refusal(call, attempts=len(tried) + len(tried_peers), last=last)
 
-    def _next_target(
-        self, call: ProxyCall, tried: set[str], tried_peers: set[str]
-    ) -> _Target | None:
-        selection = self.rt.router.select(call.descriptor, frozenset(tried))
-        if selection.target is not None:
-            return _Target(selection.target)
-        if call.descriptor.forwarded:
-            return None  # one hop at most
-        peers = self._available_peers(call.request.model, frozenset(tried_peers))
-        if not peers:
-            return None
-        peer = peers[0]
-        state = self._peer_states.setdefault(
-            peer.spec.name, TargetState(target_id=f"peer:{peer.spec.name}", url=peer.spec.url)
-        )
-        state.url = peer.spec.url
-        return _Target(state, peer)
+    # -- placement: now, or after waiting in the queue ------------------------------------
 
-    def _available_peers(self, model: str, exclude: frozenset[str]) -> list[PeerCandidate]:
-        snapshot = self.rt.snapshot
-        if snapshot is None:
-            return []
-        return rank_peers(
-            snapshot.peers,
-            self.rt.peers.heartbeats,
-            model,
-            now=time.time(),
-            max_age_s=self.rt.config.heartbeat_ttl_s,
-            queue_buffer=self.rt.config.peer_queue_buffer,
-            exclude=exclude,
+    async def _placement(
+        self, call: ProxyCall, tried: frozenset[str], tried_peers: frozenset[str], *, retry: bool
+    ) -> Placement | None:
+        queue = self.rt.queues.for_model(call.request.model)
+        # FCFS: a newcomer may not overtake requests already waiting (a retry may).
+        if retry or not queue:
+            placed = place(
+                call.descriptor,
+                self.rt.router,
+                self.rt.remote,
+                tried=tried,
+                tried_peers=tried_peers,
+            )
+            if placed is not None:
+                return placed
+        if not self._worth_waiting(call, tried):
+            return None
+        waiter = Waiter(asyncio.get_running_loop().create_future(), tried, tried_peers)
+        now = self.rt.loop.time()
+        try:
+            entry = queue.push(call.descriptor, waiter, now, front=retry)
+        except QueueFullError as full:
+            self.rt.metrics.queue_rejected.inc(call.request.model)
+            raise errors.queue_full(
+                call.request.model, full.max_len, self.rt.config.retry_after_s
+            ) from None
+        self.rt.pump.queued()
+        try:
+            return await waiter.future
+        except asyncio.CancelledError:
+            # The client left while queued, or in the instant after being placed.
+            if queue.remove(entry):
+                self.rt.metrics.queue_wait.observe(
+                    entry.waited(self.rt.loop.time()), call.request.model, QUEUE_CANCELLED
+                )
+            elif _delivered(waiter.future):
+                waiter.future.result().lease.release(ok=False)
+            raise
+
+    def _worth_waiting(self, call: ProxyCall, tried: frozenset[str]) -> bool:
+        """Something healthy could take the request once it is available again."""
+        model = call.request.model
+        local = any(
+            t.model == model and t.healthy and t.target_id not in tried
+            for t in self.rt.router.targets()
         )
+        return local or (not call.descriptor.forwarded and self.rt.remote.has_healthy(model))
+
+    # -- one attempt --------------------------------------------------------------------
 
     async def _attempt(
-        self, call: ProxyCall, target: _Target
+        self, call: ProxyCall, placement: Placement
     ) -> HttpResponseBase | UpstreamFailure:
-        route = ROUTE_FORWARDED_OUT if target.peer else call.route_in
-        if target.peer is not None:
-            lease = self.rt.router.ledger.acquire(target.state, call.request_id)
-        else:
-            lease = self.rt.router.lease(call.descriptor, target.state)
+        route = ROUTE_FORWARDED_OUT if placement.peer else call.route_in
+        lease = placement.lease
         handed_over = False
         try:
-            if target.peer is not None:
-                await self._demo_rtt(target.peer)
-                url, body, headers = self._peer_request(call, target.peer)
+            if placement.peer is not None:
+                await self._demo_half_rtt(placement.peer)
+                url, body, headers = self._peer_request(call, placement.peer)
             else:
-                url, body, headers = self._replica_request(call, target.state)
+                url, body, headers = self._replica_request(call, placement)
             opened = await open_upstream(self.rt.client, url, body, headers)
+            if placement.peer is not None:
+                await self._demo_half_rtt(placement.peer)  # the first byte's way back
             if call.request.stream and 200 <= opened.status < 300:
-                response = self._streaming(call, target, route, opened, lease)
+                response = self._streaming(call, placement, route, opened, lease)
                 handed_over = True  # the RelayStream releases the lease when it ends
                 return response
             payload = await opened.read_rest()
-            return self._buffered(call, target, route, opened, payload, lease)
+            return self._buffered(call, placement, route, opened, payload, lease)
         except UpstreamFailure as failure:
-            self._failed(target, failure)
+            self._failed(placement, failure)
             return failure
         finally:
             if not handed_over:
@@ -175,14 +278,15 @@ class Dispatcher:
                 # _buffered settled the lease this is a no-op (release is idempotent).
                 lease.release(ok=False)
 
-    async def _demo_rtt(self, peer: PeerCandidate) -> None:
-        if self.rt.config.demo and math.isfinite(peer.spec.rtt_ms) and peer.spec.rtt_ms > 0:
-            await self.sleep(peer.spec.rtt_ms / 1000.0)
+    async def _demo_half_rtt(self, peer: PeerLink) -> None:
+        rtt = peer.spec.rtt_ms
+        if self.rt.config.demo and math.isfinite(rtt) and rtt > 0:
+            await self.sleep(rtt / 2000.0)
 
     def _replica_request(
-        self, call: ProxyCall, target: TargetState
+        self, call: ProxyCall, placement: Placement
     ) -> tuple[str, bytes, dict[str, str]]:
-        url = join_url(target.url, call.request.endpoint.path)
+        url = join_url(placement.target.url, call.request.endpoint.path)
         headers = {
             "Content-Type": "application/json",
             "X-Request-ID": call.request_id,
@@ -191,9 +295,7 @@ class Dispatcher:
         }
         return url, call.request.upstream_body(), headers
 
-    def _peer_request(
-        self, call: ProxyCall, peer: PeerCandidate
-    ) -> tuple[str, bytes, dict[str, str]]:
+    def _peer_request(self, call: ProxyCall, peer: PeerLink) -> tuple[str, bytes, dict[str, str]]:
         # The peer redoes validation, auth and accounting on the client's own body.
         headers = {
             "Content-Type": "application/json",
@@ -210,7 +312,7 @@ class Dispatcher:
         return join_url(peer.spec.url, call.request.endpoint.path), call.raw_body, headers
 
     def _streaming(
-        self, call: ProxyCall, target: _Target, route: str, opened: Opened, lease: Lease
+        self, call: ProxyCall, target: Placement, route: str, opened: Opened, lease: Lease
     ) -> StreamingHttpResponse:
         ttft = opened.first_byte_at - call.arrived
         self.rt.metrics.ttft.observe(ttft, call.request.model, route)
@@ -236,7 +338,7 @@ class Dispatcher:
     def _buffered(
         self,
         call: ProxyCall,
-        target: _Target,
+        target: Placement,
         route: str,
         opened: Opened,
         payload: bytes,
@@ -253,7 +355,7 @@ class Dispatcher:
     def _settle(
         self,
         call: ProxyCall,
-        target: _Target,
+        target: Placement,
         route: str,
         status: int,
         usage: Usage | None,
@@ -267,7 +369,7 @@ class Dispatcher:
         metrics.requests.inc(model, str(status), route)
         metrics.latency.observe(time.monotonic() - call.arrived, model, route)
         if usage is not None and target.peer is None:
-            name = target.state.target_id
+            name = target.target.target_id
             self.rt.router.record_usage(
                 name, usage.prompt_tokens, usage.cached_tokens, usage.completion_tokens
             )
@@ -276,24 +378,24 @@ class Dispatcher:
             metrics.completion_tokens.inc(name, amount=usage.completion_tokens)
 
     def _stamp(
-        self, response: HttpResponseBase, call: ProxyCall, target: _Target, opened: Opened
+        self, response: HttpResponseBase, call: ProxyCall, target: Placement, opened: Opened
     ) -> None:
         response["X-Request-ID"] = call.request_id
         if target.peer is None:
             response["X-Meridian-Balancer"] = self.rt.config.balancer
-            response["X-Meridian-Replica"] = target.state.target_id
+            response["X-Meridian-Replica"] = target.target.target_id
             return
         for name in ("X-Meridian-Balancer", "X-Meridian-Replica"):
             if name in opened.response.headers:
                 response[name] = opened.response.headers[name]
         response["X-Meridian-Entry"] = self.rt.config.balancer
 
-    def _failed(self, target: _Target, failure: UpstreamFailure) -> None:
+    def _failed(self, target: Placement, failure: UpstreamFailure) -> None:
         reason = "capacity" if failure.capacity else ("http" if failure.status else "network")
         self.rt.metrics.upstream_errors.inc(target.label, reason)
         logger.warning("attempt on %s failed: %s", target.label, failure.reason)
         if target.peer is None and failure.marks_unhealthy:
-            self.rt.router.mark_failed(target.state.target_id)
+            self.rt.router.mark_failed(target.target.target_id)
 
     def _refusal(
         self, call: ProxyCall, *, attempts: int, last: UpstreamFailure | None
@@ -303,17 +405,15 @@ class Dispatcher:
             return errors.upstream_failed(model, attempts, last.reason)
         healthy, _ = self.rt.router.counts(model)
         # A peer with healthy replicas counts only if this request may still be forwarded.
-        peer_busy = not call.descriptor.forwarded and self._peer_has_healthy(model)
+        peer_busy = not call.descriptor.forwarded and self.rt.remote.has_healthy(model)
         if healthy or (last is not None and last.capacity) or peer_busy:
             return errors.at_capacity(model, retry)
         return errors.no_healthy_replica(model, retry)
 
-    def _peer_has_healthy(self, model: str) -> bool:
-        now, ttl = time.time(), self.rt.config.heartbeat_ttl_s
-        return any(
-            beat.age(now) <= ttl and beat.healthy_replicas > 0 and model in beat.models
-            for beat in self.rt.peers.heartbeats.values()
-        )
+
+def _delivered(future: asyncio.Future[Placement]) -> bool:
+    """The pump placed this request (``exception()`` also marks a 503 as seen)."""
+    return future.done() and not future.cancelled() and future.exception() is None
 
 
 def _usage_of(payload: bytes) -> Usage | None:

@@ -1,29 +1,84 @@
-"""Balancer heartbeats through Redis: publish ours, read our peers'.
+"""How balancers learn about each other: HTTP availability polls, Redis heartbeats.
 
-Every ``MERIDIAN_HEARTBEAT_INTERVAL_S`` the balancer SETs its ``Heartbeat``
-(``routing.core.peers``) with a TTL of ``MERIDIAN_HEARTBEAT_TTL_S`` and MGETs its
-peers' keys (names come from the topology snapshot, so no SCAN).  The request
-path only reads ``PeerDirectory.heartbeats`` from memory.
+Routing (SkyLB §3.3, Algorithm 1 lines 9-15) runs on ``AvailabilityPoller``:
+every ``MERIDIAN_AVAILABILITY_INTERVAL_S`` it GETs each peer's
+``/internal/availability`` (token-protected with ``MERIDIAN_INTERNAL_TOKEN``)
+concurrently on the shared client and hands each answer, a ``Heartbeat``, to
+the remote layer (``RemoteRouter.record_report``), which wakes the regional
+queue.  A peer that does not answer keeps its last report until that ages out
+(``MERIDIAN_AVAILABILITY_TTL_S``), so a dead region stops receiving forwards
+within the TTL; there is no extra dependency on the routing path.
 
-Redis is an optimisation for *cross-region* routing only: when it is down the
-balancer logs once per outage, counts the error, keeps serving locally, and
-retries every interval.  Peer heartbeats it already holds age out on their own
-(``rank_peers`` drops beats older than the TTL), so a balancer that cannot see
-Redis stops forwarding rather than forwarding on stale news.  Socket timeouts
-are bounded by the interval so a black-holed Redis cannot stall the loop.
+``PeerDirectory`` also publishes the same heartbeat to Redis (SET with a TTL of
+``MERIDIAN_HEARTBEAT_TTL_S``) and reads the peers' keys, for the control plane
+and the console.  When Redis is down the balancer logs once per outage, counts
+the error and retries every interval; cross-region routing does not notice.
+Socket timeouts are bounded by the interval so a black-holed Redis cannot stall
+the loop.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable, Sequence
 
+import httpx
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from routing.core.peers import Heartbeat, heartbeat_key
+from routing.core.remote import PeerLink, RemoteRouter
+from routing.upstream import join_url
 
 logger = logging.getLogger(__name__)
+
+AVAILABILITY_PATH = "/internal/availability"
+
+
+class AvailabilityPoller:
+    """Polls every peer's availability report for the remote layer."""
+
+    def __init__(
+        self,
+        client: httpx.AsyncClient,
+        remote: RemoteRouter,
+        *,
+        token: str,
+        timeout_s: float,
+        on_error: Callable[[str], None],
+    ) -> None:
+        self.client = client
+        self.remote = remote
+        self.timeout_s = timeout_s
+        self.on_error = on_error
+        self._headers = {"Authorization": f"Bearer {token}", "Accept-Encoding": "identity"}
+        self.last_errors: dict[str, str] = {}
+
+    async def poll_all(self) -> None:
+        links = self.remote.links()
+        if links:
+            await asyncio.gather(*(self.poll(link) for link in links))
+
+    async def poll(self, link: PeerLink) -> None:
+        name = link.spec.name
+        try:
+            response = await self.client.get(
+                join_url(link.spec.url, AVAILABILITY_PATH),
+                headers=self._headers,
+                timeout=self.timeout_s,
+            )
+            response.raise_for_status()
+            report = Heartbeat.from_json(response.content)
+        except (httpx.HTTPError, ValueError) as exc:
+            self.on_error(name)
+            if name not in self.last_errors:
+                logger.warning("availability of peer %s unknown: %s", name, exc)
+            self.last_errors[name] = str(exc) or type(exc).__name__
+            return
+        if self.last_errors.pop(name, None) is not None:
+            logger.info("availability of peer %s known again", name)
+        self.remote.record_report(name, report)
 
 
 class PeerDirectory:

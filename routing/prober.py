@@ -1,19 +1,33 @@
 """The balancer's own sub-second replica probe (an asyncio task, not Celery).
 
-Each round GETs every owned replica's ``/metrics`` concurrently on the shared
-client, parses it with ``routing.core.engine_metrics`` and feeds the router:
-running/waiting/KV usage for the policies, health for candidate filtering.
+Each round (``MERIDIAN_PROBE_INTERVAL_S``, a few hundred ms) GETs every owned
+replica's ``/metrics`` concurrently on the shared client, parses it with
+``routing.core.engine_metrics`` and feeds the router: running/waiting/KV usage
+for the policies and for SP-P availability (SkyLB §3.3, Algorithm 1 lines
+3-8), health for candidate filtering.  Every recorded probe wakes the
+regional queue through the router's ``on_change``.
+
 ``MERIDIAN_PROBE_FAILURE_THRESHOLD`` consecutive failures make a replica
 unhealthy; one success makes it healthy again (also after the proxy marked it
 failed on a dispatch error, SkyServe's readiness-probe rule).  Celery's slower
 probes feed the console and the database; this one feeds routing (DESIGN.md,
 "The sub-second probe that selective pushing needs runs inside each balancer").
+
+``probe_soon`` probes named replicas at once, outside the round, when requests
+wait for them: under SP-P a replica that took its push budget is unavailable
+until a probe says its batch admitted the pushed requests, so waiting for the
+next round would cap each replica at one push per interval.  At most one probe
+per replica is in flight, which bounds the extra load on a replica to one
+``/metrics`` request per probe round trip (and ``MERIDIAN_PROBE_MIN_GAP_S``,
+applied by the caller).
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
+from collections.abc import Iterable
 
 import httpx
 
@@ -41,11 +55,28 @@ class ReplicaProber:
         self.metrics = metrics
         self.timeout_s = timeout_s
         self.failure_threshold = failure_threshold
+        self._in_flight: dict[str, asyncio.Task[None]] = {}
 
     async def probe_all(self) -> None:
         targets = self.router.targets()
         if targets:
             await asyncio.gather(*(self.probe(t) for t in targets))
+
+    def probe_soon(self, names: Iterable[str]) -> None:
+        """Start a probe of each named replica that has none in flight (no await)."""
+        for name in names:
+            target = self.router.target(name)
+            if target is None or name in self._in_flight:
+                continue
+            task = asyncio.get_running_loop().create_task(self.probe(target))
+            self._in_flight[name] = task
+            task.add_done_callback(functools.partial(self._probed, name))
+
+    def _probed(self, name: str, task: asyncio.Task[None]) -> None:
+        self._in_flight.pop(name, None)
+        if not task.cancelled() and task.exception() is not None:
+            # probe() handles expected failures; anything else is a bug: say so.
+            logger.error("probe of %s failed", name, exc_info=task.exception())
 
     async def probe(self, target: TargetState) -> None:
         try:
@@ -65,3 +96,9 @@ class ReplicaProber:
         self.router.record_probe(target.target_id, load)
         if not was_healthy:
             logger.info("replica %s healthy again", target.target_id)
+
+    async def close(self) -> None:
+        tasks = list(self._in_flight.values())
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)

@@ -5,12 +5,18 @@ on a single event loop and sends no lifespan events, so there is no start-up
 hook; the first request creates the runtime and awaits its first topology
 load.  Everything that must be shared by all requests of a process lives here:
 the one ``httpx.AsyncClient`` (its connection pool is the point), the in-flight
-ledger (a per-request copy would count nothing), the metrics, and the three
-background loops:
+ledgers (a per-request copy would count nothing), the regional queues and their
+pump, the metrics, and the four background loops:
 
 * topology refresh every ``MERIDIAN_TOPOLOGY_REFRESH_S`` (the only ORM access);
 * replica probe every ``MERIDIAN_PROBE_INTERVAL_S`` (``routing.prober``);
-* heartbeat exchange every ``MERIDIAN_HEARTBEAT_INTERVAL_S`` (``routing.peers``).
+* peer availability poll every ``MERIDIAN_AVAILABILITY_INTERVAL_S`` over HTTP
+  (``routing.peers.AvailabilityPoller``): what cross-region routing uses;
+* Redis heartbeat every ``MERIDIAN_HEARTBEAT_INTERVAL_S`` (``routing.peers``):
+  for the control plane and the console.
+
+The two layers (``LocalRouter``, ``RemoteRouter``) call the pump's ``wake``
+whenever a target may have become available, so queued requests leave at once.
 
 The runtime is bound to the loop that created it; a different running loop (a
 test harness that makes a fresh loop per call) gets a fresh runtime rather than
@@ -32,16 +38,18 @@ from django.conf import settings
 from django.db import DatabaseError
 
 from routing.core import errors
-from routing.core.peers import Heartbeat, peer_view
+from routing.core.peers import Heartbeat
+from routing.core.pending_queue import RegionalQueues
 from routing.core.policy import Policy
-from routing.core.registry import UnknownPolicyError, build_policy
+from routing.core.registry import UnknownPolicyError, build_policy, remote_policy_name
+from routing.core.remote import RemoteRouter
 from routing.core.router import LocalRouter
 from routing.core.tokenizer import Tokenizer, build_tokenizer
 from routing.core.topology import TopologySnapshot
-from routing.dispatch import Dispatcher
-from routing.peers import PeerDirectory
+from routing.dispatch import Dispatcher, QueuePump, Waiter
+from routing.peers import AvailabilityPoller, PeerDirectory
 from routing.prober import ReplicaProber
-from routing.telemetry import BalancerMetrics
+from routing.telemetry import BalancerMetrics, QueueSnapshot
 from routing.topology import BalancerNotConfiguredError, load_snapshot_async
 
 logger = logging.getLogger(__name__)
@@ -69,6 +77,11 @@ class BalancerConfig:
     max_body_bytes: int
     retry_after_s: int
     peer_queue_buffer: int
+    probe_stale_s: float = 2.0
+    probe_min_gap_s: float = 0.02
+    availability_interval_s: float = 0.3
+    availability_ttl_s: float = 2.0
+    internal_token: str = ""
 
     @classmethod
     def from_settings(cls) -> BalancerConfig:
@@ -92,6 +105,11 @@ class BalancerConfig:
             max_body_bytes=s.MERIDIAN_MAX_BODY_BYTES,
             retry_after_s=s.MERIDIAN_RETRY_AFTER_S,
             peer_queue_buffer=s.MERIDIAN_PEER_QUEUE_BUFFER,
+            probe_stale_s=s.MERIDIAN_PROBE_STALE_S,
+            probe_min_gap_s=s.MERIDIAN_PROBE_MIN_GAP_S,
+            availability_interval_s=s.MERIDIAN_AVAILABILITY_INTERVAL_S,
+            availability_ttl_s=s.MERIDIAN_AVAILABILITY_TTL_S,
+            internal_token=s.MERIDIAN_INTERNAL_TOKEN,
         )
 
 
@@ -110,7 +128,20 @@ class BalancerRuntime:
         self.loop = loop
         self.tokenizer: Tokenizer = build_tokenizer(config.tokenizer_json or None)
         self.metrics = BalancerMetrics(config.balancer)
-        self.router = LocalRouter(_policy_or_default, max_outstanding=config.max_outstanding)
+        self.router = LocalRouter(
+            _policy_or_default,
+            max_outstanding=config.max_outstanding,
+            probe_stale_s=config.probe_stale_s,
+        )
+        self.remote = RemoteRouter(
+            _policy_or_default,
+            remote_policy_name,
+            queue_buffer=config.peer_queue_buffer,
+            max_age_s=config.availability_ttl_s,
+        )
+        self.queues: RegionalQueues[Waiter] = RegionalQueues()
+        self.pump = QueuePump(self)
+        self.router.on_change = self.remote.on_change = self.pump.wake
         self.peers = PeerDirectory(
             config.redis_url,
             interval_s=config.heartbeat_interval_s,
@@ -125,6 +156,14 @@ class BalancerRuntime:
             trust_env=False,
         )
         self.dispatcher = Dispatcher(self)
+        self.poller = AvailabilityPoller(
+            self.client,
+            self.remote,
+            token=config.internal_token,
+            # A poll must not outlive its own report's freshness.
+            timeout_s=min(config.availability_ttl_s, max(0.2, config.availability_interval_s * 2)),
+            on_error=self.metrics.availability_errors.inc,
+        )
         self.prober = ReplicaProber(
             self.client,
             self.router,
@@ -164,9 +203,10 @@ class BalancerRuntime:
         self._tasks = [
             self._spawn("topology", self.config.topology_refresh_s, self.refresh_topology),
             self._spawn("probe", self.config.probe_interval_s, self.prober.probe_all),
+            self._spawn("availability", self.config.availability_interval_s, self.poller.poll_all),
             self._spawn("heartbeat", self.config.heartbeat_interval_s, self.exchange_heartbeats),
         ]
-        await self.exchange_heartbeats()
+        await asyncio.gather(self.poller.poll_all(), self.exchange_heartbeats())
 
     def _spawn(
         self, name: str, period: float, step: Callable[[], Awaitable[None]]
@@ -201,9 +241,17 @@ class BalancerRuntime:
                 logger.warning("topology refresh failed, keeping the last snapshot: %s", exc)
             self.topology_error = str(exc)
             return
-        self.router.apply(snapshot.replicas, snapshot.models)
-        self.snapshot = snapshot
+        self.adopt(snapshot)
         self.topology_error = None
+
+    def adopt(self, snapshot: TopologySnapshot) -> None:
+        """Make ``snapshot`` the topology of both layers and of the queues (no await)."""
+        self.router.apply(snapshot.replicas, snapshot.models)
+        self.remote.apply(snapshot.peers, snapshot.models)
+        self.queues.configure(
+            {m: (spec.queue_max_len, spec.queue_max_wait_s) for m, spec in snapshot.models.items()}
+        )
+        self.snapshot = snapshot
 
     async def exchange_heartbeats(self) -> None:
         snapshot = self.snapshot
@@ -216,7 +264,10 @@ class BalancerRuntime:
         )
 
     def heartbeat(self, snapshot: TopologySnapshot) -> Heartbeat:
+        """This balancer's availability report (Algorithm 1, lines 9-10): available
+        replicas and queue length per model, for peers and for Redis."""
         healthy, available = self.router.counts()
+        lengths = self.queues.lengths()
         return Heartbeat(
             balancer=snapshot.balancer,
             region=snapshot.region,
@@ -224,71 +275,36 @@ class BalancerRuntime:
             ts=time.time(),
             healthy_replicas=healthy,
             available_replicas=available,
-            inflight=self.router.ledger.total,
-            queue=0,
+            inflight=self.inflight(),
+            queue=sum(lengths.values()),
             models=self.router.available_by_model(),
+            queues=lengths,
         )
 
-    # -- views' read side ---------------------------------------------------------------
+    def inflight(self) -> int:
+        """Requests dispatched and not finished: to replicas and forwarded to peers."""
+        return self.router.ledger.total + self.remote.ledger.total
 
-    def state(self) -> dict[str, Any]:
-        """This balancer's view, for ``GET /internal/state`` (console, control plane)."""
-        snapshot = self.snapshot
-        now = time.time()
-        return {
-            "balancer": self.config.balancer,
-            "region": snapshot.region if snapshot else None,
-            "url": snapshot.url if snapshot else None,
-            "ts": now,
-            "topology_loaded_at": snapshot.loaded_at if snapshot else None,
-            "topology_error": self.topology_error,
-            "inflight": self.router.ledger.total,
-            "queue": 0,
-            "max_outstanding_per_replica": self.router.max_outstanding,
-            "models": [
-                {"model": m, "policy": self.router.policy_name(m)}
-                for m in sorted(snapshot.served_models if snapshot else ())
-            ],
-            "replicas": [self._replica_row(t.target_id) for t in self.router.targets()],
-            "peers": peer_view(
-                snapshot.peers if snapshot else (),
-                self.peers.heartbeats,
-                now=now,
-                max_age_s=self.config.heartbeat_ttl_s,
-            ),
-            "redis": {"connected": self.peers.connected, "last_error": self.peers.last_error},
-            "dead_loops": dict(self.dead_loops),
-        }
+    def queue_snapshots(self) -> list[QueueSnapshot]:
+        """Every configured model's queue (empty ones too, so gauges read 0)."""
+        now = self.loop.time()
+        models = set(self.snapshot.models) if self.snapshot else set()
+        queues = dict(self.queues.items())
+        return [
+            QueueSnapshot(m, len(q), q.oldest_wait(now))
+            if (q := queues.get(m))
+            else QueueSnapshot(m, 0, 0.0)
+            for m in sorted(models | set(queues))
+        ]
 
-    def _replica_row(self, name: str) -> dict[str, Any]:
-        target = self.router.target(name)
-        assert target is not None  # rows are built from router.targets()
-        usage = self.router.usage(name)
-        return {
-            "name": name,
-            "url": target.url,
-            "model": target.model,
-            "region": target.region,
-            "zone": target.zone,
-            "kind": target.kind,
-            "healthy": target.healthy,
-            "outstanding": target.outstanding,
-            "running": target.running,
-            "waiting": target.waiting,
-            "kv_usage": target.kv_usage,
-            "prefix_hit_rate": target.extra.get("prefix_hit_rate"),
-            "consecutive_failures": target.consecutive_failures,
-            "requests": usage.requests,
-            "prompt_tokens": usage.prompt_tokens,
-            "cached_tokens": usage.cached_tokens,
-            "completion_tokens": usage.completion_tokens,
-            "cached_token_ratio": usage.cached_ratio,
-        }
+    def render_metrics(self) -> str:
+        return self.metrics.render(self.router, self.remote, self.queue_snapshots())
 
     async def close(self) -> None:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.prober.close()
         await self.client.aclose()
         await self.peers.close()
 

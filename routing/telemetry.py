@@ -9,17 +9,38 @@ or the client left), labelled by model, HTTP status and route:
 
 A client that disconnects mid-stream is counted with status ``499`` (nginx's
 "client closed request"), so aborted streams are visible next to successes.
+
+The regional queue (SkyLB §3.3) is visible per model: its length, the age of its
+oldest entry, and how long each request waited with how it left the queue
+(``placed``, ``timeout`` → 503, ``cancelled``: the client went away), plus the
+pushes refused because it was full (429).  Nothing leaves the queue uncounted.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from routing.core.metrics import MetricsRegistry
+from routing.core.remote import RemoteRouter
 from routing.core.router import LocalRouter
 
 TTFT_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
+QUEUE_WAIT_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
 
 CLIENT_CLOSED = 499
+QUEUE_PLACED = "placed"
+QUEUE_TIMEOUT = "timeout"
+QUEUE_CANCELLED = "cancelled"
+
+
+@dataclass(frozen=True, slots=True)
+class QueueSnapshot:
+    """One model's queue at render time."""
+
+    model: str
+    length: int
+    oldest_wait_s: float
 
 
 class BalancerMetrics:
@@ -47,7 +68,40 @@ class BalancerMetrics:
         )
         self.inflight = r.gauge("meridian_inflight_requests", "Requests dispatched, not finished.")
         self.queue = r.gauge(
-            "meridian_queue_length", "Requests waiting for a free slot (no waiting queue yet)."
+            "meridian_queue_length",
+            "Requests waiting in this balancer for an available target, per model.",
+            ["model"],
+        )
+        self.queue_oldest = r.gauge(
+            "meridian_queue_oldest_wait_seconds",
+            "How long the oldest queued request of a model has waited.",
+            ["model"],
+        )
+        self.queue_wait = r.histogram(
+            "meridian_queue_wait_seconds",
+            "Time requests spent in the queue, by how they left it.",
+            ["model", "outcome"],
+            QUEUE_WAIT_BUCKETS,
+        )
+        self.queue_rejected = r.counter(
+            "meridian_queue_rejected_total",
+            "Requests refused with 429 because the model's queue was full.",
+            ["model"],
+        )
+        self.peer_available = r.gauge(
+            "meridian_peer_available",
+            "1 when the peer may take a forwarded request for the model now.",
+            ["peer", "model"],
+        )
+        self.peer_outstanding = r.gauge(
+            "meridian_peer_forwarded_outstanding",
+            "Requests forwarded to the peer and not finished.",
+            ["peer"],
+        )
+        self.availability_errors = r.counter(
+            "meridian_availability_poll_errors_total",
+            "Failed polls of a peer's /internal/availability.",
+            ["peer"],
         )
         self.outstanding = r.gauge(
             "meridian_replica_outstanding", "Requests outstanding per replica.", ["replica"]
@@ -84,11 +138,21 @@ class BalancerMetrics:
             "meridian_heartbeat_errors_total", "Failed heartbeat publish/read rounds (Redis)."
         )
 
-    def render(self, router: LocalRouter, queue_length: int = 0) -> str:
-        """Prometheus text, with the per-replica gauges read from the router now."""
+    def render(self, router: LocalRouter, remote: RemoteRouter, queues: list[QueueSnapshot]) -> str:
+        """Prometheus text, with the per-replica, peer and queue gauges read now."""
         targets = router.targets()
-        self.inflight.set(router.ledger.total)
-        self.queue.set(queue_length)
+        self.inflight.set(router.ledger.total + remote.ledger.total)
+        self.queue.replace(((q.model,), q.length) for q in queues)
+        self.queue_oldest.replace(((q.model,), q.oldest_wait_s) for q in queues)
+        links = remote.links()
+        models = [q.model for q in queues]
+        now = remote.clock()
+        self.peer_available.replace(
+            ((link.spec.name, m), int(remote.is_available(link, m, now)))
+            for link in links
+            for m in models
+        )
+        self.peer_outstanding.replace(((link.spec.name,), link.state.outstanding) for link in links)
         self.outstanding.replace(((t.target_id,), t.outstanding) for t in targets)
         self.healthy.replace(((t.target_id,), int(t.healthy)) for t in targets)
         self.cached_ratio.replace(

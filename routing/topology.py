@@ -14,6 +14,7 @@ since operators often enter a pair once).
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 
@@ -21,7 +22,18 @@ from channels.db import database_sync_to_async
 from django.db.models import Q
 
 from console.models import ApiKey, Balancer, RegionLatency, Replica, ServiceConfig
+from routing.core.availability import (
+    PUSH_BUDGET_KEY,
+    PUSHING_KEY,
+    PushingConfig,
+    split_pushing_params,
+)
 from routing.core.topology import ModelSpec, PeerSpec, ReplicaSpec, TopologySnapshot
+
+logger = logging.getLogger(__name__)
+PUSHING_KEYS = (PUSHING_KEY, PUSH_BUDGET_KEY)
+# Bad pushing settings already logged (bounded by the distinct configurations seen).
+_reported: set[tuple[str, str]] = set()
 
 
 class BalancerNotConfiguredError(LookupError):
@@ -48,10 +60,7 @@ def load_snapshot(balancer_name: str) -> TopologySnapshot:
         )
         for r in owned.select_related("region", "zone").order_by("name")
     )
-    models = {
-        c.model_name: ModelSpec(c.model_name, c.policy, dict(c.policy_params or {}))
-        for c in ServiceConfig.objects.all()
-    }
+    models = {c.model_name: model_spec(c) for c in ServiceConfig.objects.all()}
     live_models = set(routable.values_list("model_name", flat=True).distinct())
     return TopologySnapshot(
         balancer=me.name,
@@ -65,6 +74,29 @@ def load_snapshot(balancer_name: str) -> TopologySnapshot:
             ApiKey.objects.filter(revoked=False).values_list("key_hash", flat=True)
         ),
         loaded_at=time.time(),
+    )
+
+
+def model_spec(config: ServiceConfig) -> ModelSpec:
+    """A ServiceConfig as the router sees it: the pushing keys split off the policy's
+    parameters (a bad value is logged and SP-P used: a typo must not take a model
+    offline), and the regional queue's bounds."""
+    params = dict(config.policy_params or {})
+    try:
+        pushing, policy_params = split_pushing_params(params)
+    except ValueError as exc:
+        if (config.model_name, str(exc)) not in _reported:  # once, not every refresh
+            _reported.add((config.model_name, str(exc)))
+            logger.error("service %s: %s; using SP-P pushing", config.model_name, exc)
+        policy_params = {k: v for k, v in params.items() if k not in PUSHING_KEYS}
+        pushing = PushingConfig()
+    return ModelSpec(
+        config.model_name,
+        config.policy,
+        policy_params,
+        pushing=pushing,
+        queue_max_len=config.queue_max_len,
+        queue_max_wait_s=config.queue_max_wait_s,
     )
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from django.urls import URLPattern, path
 
-from routing.views import completions, ops
+from routing.views import completions, internal, ops
 
 urlpatterns: list[URLPattern] = [
     path("v1/chat/completions", completions.chat_completions, name="v1-chat-completions"),
@@ -16,5 +16,6 @@ urlpatterns: list[URLPattern] = [
     path("v1/models", ops.models, name="v1-models"),
     path("health", ops.health, name="balancer-health"),
     path("metrics", ops.metrics, name="balancer-metrics"),
-    path("internal/state", ops.internal_state, name="balancer-internal-state"),
+    path("internal/state", internal.internal_state, name="balancer-internal-state"),
+    path("internal/availability", internal.availability, name="balancer-internal-availability"),
 ]

@@ -158,6 +158,30 @@ def at_capacity(model: str, retry_after_s: int) -> ApiError:
     )
 
 
+def queue_full(model: str, max_len: int, retry_after_s: int) -> ApiError:
+    """The regional queue (SkyLB §3.3) holds ``max_len`` requests already."""
+    return ApiError(
+        429,
+        f"Every replica serving model `{model}` is busy and {max_len} requests are "
+        f"already waiting for one. Please retry after {retry_after_s} s.",
+        type=RATE_LIMIT,
+        code="queue_full",
+        headers={"Retry-After": str(retry_after_s)},
+    )
+
+
+def queue_timeout(model: str, waited_s: float, retry_after_s: int) -> ApiError:
+    """A queued request reached its ``queue_max_wait_s`` without a free target."""
+    return ApiError(
+        503,
+        f"The request for model `{model}` waited {waited_s:.1f} s in the balancer's "
+        "queue and no replica became free. Please retry shortly.",
+        type=SERVER_ERROR,
+        code="queue_timeout",
+        headers={"Retry-After": str(retry_after_s)},
+    )
+
+
 def upstream_failed(model: str, attempts: int, last_reason: str) -> ApiError:
     return ApiError(
         502,

@@ -21,12 +21,8 @@ with an empty map, and ``queue`` then stands for every model.
 from __future__ import annotations
 
 import json
-import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any
-
-from routing.core.topology import PeerSpec
 
 HEARTBEAT_KEY = "meridian:balancer:{name}:heartbeat"
 
@@ -93,60 +89,3 @@ def _counts(raw: object) -> dict[str, int]:
     if not isinstance(raw, dict):
         raise TypeError(f"expected an object of counts, got {type(raw).__name__}")
     return {str(k): int(v) for k, v in raw.items()}
-
-
-@dataclass(frozen=True, slots=True)
-class PeerCandidate:
-    spec: PeerSpec
-    heartbeat: Heartbeat
-
-
-def rank_peers(
-    peers: Iterable[PeerSpec],
-    heartbeats: Mapping[str, Heartbeat],
-    model: str,
-    *,
-    now: float,
-    max_age_s: float,
-    queue_buffer: int = 1,
-    exclude: frozenset[str] = frozenset(),
-) -> list[PeerCandidate]:
-    """Available peers for ``model``, nearest first."""
-    out: list[PeerCandidate] = []
-    for peer in peers:
-        beat = heartbeats.get(peer.name)
-        if peer.name in exclude or beat is None or beat.age(now) > max_age_s:
-            continue
-        if beat.available_for(model, queue_buffer=queue_buffer):
-            out.append(PeerCandidate(peer, beat))
-    return sorted(out, key=lambda c: (_rtt(c.spec.rtt_ms), c.spec.name))
-
-
-def peer_view(
-    peers: Iterable[PeerSpec], heartbeats: Mapping[str, Heartbeat], *, now: float, max_age_s: float
-) -> list[dict[str, Any]]:
-    """Each peer as ``/internal/state`` shows it."""
-    rows: list[dict[str, Any]] = []
-    for peer in sorted(peers, key=lambda p: (_rtt(p.rtt_ms), p.name)):
-        beat = heartbeats.get(peer.name)
-        fresh = beat is not None and beat.age(now) <= max_age_s
-        rows.append(
-            {
-                "name": peer.name,
-                "region": peer.region,
-                "url": peer.url,
-                "rtt_ms": None if math.isinf(peer.rtt_ms) else peer.rtt_ms,
-                "alive": fresh,
-                "heartbeat_age_s": None if beat is None else round(beat.age(now), 3),
-                "healthy_replicas": beat.healthy_replicas if fresh and beat else 0,
-                "available_replicas": beat.available_replicas if fresh and beat else 0,
-                "inflight": beat.inflight if fresh and beat else 0,
-                "queue": beat.queue if fresh and beat else 0,
-                "models": dict(beat.models) if fresh and beat else {},
-            }
-        )
-    return rows
-
-
-def _rtt(value: float) -> float:
-    return math.inf if math.isnan(value) else value

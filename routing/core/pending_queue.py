@@ -25,7 +25,7 @@ hand-off atomic on the balancer's single event loop.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
@@ -140,3 +140,46 @@ class PendingQueue(Generic[P]):
                 del self._entries[entry.seq]
                 placed.append((entry, result))
         return placed
+
+
+class RegionalQueues(Generic[P]):
+    """One ``PendingQueue`` per model, with bounds following the topology."""
+
+    def __init__(self, *, default_max_len: int = 1024, default_max_wait_s: float = 30.0) -> None:
+        self._defaults = (default_max_len, default_max_wait_s)
+        self._queues: dict[str, PendingQueue[P]] = {}
+        self._bounds: dict[str, tuple[int, float]] = {}
+
+    def configure(self, bounds: Mapping[str, tuple[int, float]]) -> None:
+        """Adopt (max_len, max_wait_s) per model; waiting entries keep their deadlines."""
+        self._bounds = dict(bounds)
+        for model, queue in self._queues.items():
+            queue.max_len, queue.max_wait_s = self._bounds.get(model, self._defaults)
+        # Bounded state: an empty queue of a model that left takes no room.
+        for model in [m for m, q in self._queues.items() if not q and m not in self._bounds]:
+            del self._queues[model]
+
+    def for_model(self, model: str) -> PendingQueue[P]:
+        queue = self._queues.get(model)
+        if queue is None:
+            max_len, max_wait_s = self._bounds.get(model, self._defaults)
+            queue = self._queues[model] = PendingQueue(
+                model, max_len=max_len, max_wait_s=max_wait_s
+            )
+        return queue
+
+    def items(self) -> list[tuple[str, PendingQueue[P]]]:
+        return sorted(self._queues.items())
+
+    def lengths(self) -> dict[str, int]:
+        return {model: len(q) for model, q in self.items()}
+
+    def total(self) -> int:
+        return sum(len(q) for q in self._queues.values())
+
+    def next_deadline(self) -> float | None:
+        deadlines = [d for q in self._queues.values() if (d := q.next_deadline()) is not None]
+        return min(deadlines, default=None)
+
+    def expire(self, now: float) -> list[QueuedRequest[P]]:
+        return [entry for q in self._queues.values() for entry in q.expire(now)]

@@ -1,2 +1,2 @@
 """The balancer's HTTP endpoints, one module per feature: completions (the OpenAI
-proxy) and ops (models, health, metrics, internal state)."""
+proxy), ops (models, health, metrics) and internal (peer availability, state)."""

@@ -1,9 +1,10 @@
-"""Read-only endpoints: ``/v1/models``, ``/health``, ``/metrics``, ``/internal/state``.
+"""Read-only endpoints: ``/v1/models``, ``/health``, ``/metrics``.
 
 ``/v1/models`` needs an API key like every ``/v1`` endpoint of OpenAI's API.
-``/health``, ``/metrics`` and ``/internal/state`` are for operators, Prometheus and
-the control plane, which reach balancers on the internal network, so they are
-not authenticated (as vLLM's and SGLang's own ``/metrics`` and ``/health``).
+``/health`` and ``/metrics`` are for operators, Prometheus and the control
+plane, which reach balancers on the internal network, so they are not
+authenticated (as vLLM's and SGLang's own ``/metrics`` and ``/health``).
+``/internal/*`` lives in ``routing.views.internal``.
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ async def health(request: HttpRequest) -> HttpResponseBase:
             "available_replicas": available,
             "topology_error": runtime.topology_error,
             "redis_connected": runtime.peers.connected,
+            "queue": runtime.queues.total(),
             "dead_loops": runtime.dead_loops,
         },
         status=200 if ok else 503,
@@ -73,14 +75,4 @@ async def metrics(request: HttpRequest) -> HttpResponseBase:
         runtime = await get_runtime()
     except ApiError as error:
         return error_response(error)
-    return HttpResponse(
-        runtime.metrics.render(runtime.router), content_type=PROMETHEUS_CONTENT_TYPE
-    )
-
-
-async def internal_state(request: HttpRequest) -> HttpResponseBase:
-    try:
-        runtime = await get_runtime()
-    except ApiError as error:
-        return error_response(error)
-    return JsonResponse(runtime.state())
+    return HttpResponse(runtime.render_metrics(), content_type=PROMETHEUS_CONTENT_TYPE)

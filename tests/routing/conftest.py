@@ -2,6 +2,11 @@
 
 In-process async tests run on asyncio (the balancer's loop under daphne).
 
+In-process tests (``build_runtime``) use a real ``BalancerRuntime`` with its
+topology set by hand and its shared client replaced by an in-memory transport
+(``Upstreams``) that plays replicas and peer balancers, so each failure can be
+placed exactly (a 500 here, a reset there).
+
 Integration tests start real processes: emulated replicas (``python -m sim.serve``)
 and balancers (``daphne console.asgi:application`` with ``MERIDIAN_BALANCER``),
 sharing them across a module because each start costs a Django import.  The
@@ -12,10 +17,12 @@ transaction), then deleted when the module ends.
 
 from __future__ import annotations
 
+import asyncio
+import json
 import os
 import signal
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -25,6 +32,12 @@ import pytest
 
 from console.embedded_redis import EmbeddedRedis
 from routing.core.engine_metrics import parse_samples
+from routing.core.openai_request import Endpoint, describe, parse_request
+from routing.core.peers import Heartbeat
+from routing.core.tokenizer import WordTokenizer
+from routing.core.topology import ModelSpec, PeerSpec, ReplicaSpec, TopologySnapshot
+from routing.dispatch import ProxyCall
+from routing.runtime import BalancerConfig, BalancerRuntime
 from tests.support.django_env import child_process_env
 from tests.support.processes import ProcessGroup, wait_http
 
@@ -36,6 +49,167 @@ T = TypeVar("T")
 def anyio_backend() -> str:
     # The balancer runs on asyncio (daphne's Twisted asyncio reactor); test on it only.
     return "asyncio"
+
+
+# -- in-process runtime ------------------------------------------------------------------
+
+Handler = Callable[[httpx.Request], Awaitable[httpx.Response]]
+OK_BODY = {
+    "id": "x",
+    "object": "chat.completion",
+    "choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"}}],
+    "usage": {
+        "prompt_tokens": 20,
+        "completion_tokens": 1,
+        "prompt_tokens_details": {"cached_tokens": 16},
+    },
+}
+SSE = (
+    b'data: {"choices": [{"index": 0, "delta": {"content": "hi"}}]}\n\n'
+    b'data: {"choices": [], "usage": {"prompt_tokens": 20, "completion_tokens": 1}}\n\n'
+    b"data: [DONE]\n\n"
+)
+
+
+class Upstreams:
+    """Replicas and peers by host name; each answers with what the test scripted."""
+
+    def __init__(self, **behaviour: str) -> None:
+        self.behaviour = behaviour
+        self.calls: list[httpx.Request] = []
+        self.waiting: dict[str, int] = {}  # what each replica's /metrics shows
+
+    async def __call__(self, request: httpx.Request) -> httpx.Response:
+        host = request.url.host
+        if request.url.path == "/metrics":
+            waiting = self.waiting.get(host, 0)
+            text = f"vllm:num_requests_running 1\nvllm:num_requests_waiting {waiting}\n"
+            return httpx.Response(200, text=text)
+        self.calls.append(request)
+        mode = self.behaviour.get(host, "ok")
+        if mode == "refuse":
+            raise httpx.ConnectError("connection refused", request=request)
+        if mode in {"500", "503", "429"}:
+            return _response(int(mode), json.dumps({"error": {"message": mode}}).encode())
+        if mode == "reset":
+            return httpx.Response(200, stream=_ResetStream())
+        if json.loads(request.content).get("stream"):
+            return _response(200, SSE, content_type="text/event-stream")
+        return _response(200, json.dumps(OK_BODY).encode(), {"X-Meridian-Replica": f"{host}-r"})
+
+    def hosts(self) -> list[str]:
+        return [r.url.host for r in self.calls]
+
+
+def _response(
+    status: int,
+    body: bytes,
+    headers: dict[str, str] | None = None,
+    content_type: str = "application/json",
+) -> httpx.Response:
+    """A response whose body arrives like a network one (streamed, not preloaded)."""
+    return httpx.Response(
+        status, stream=_Body(body), headers={"content-type": content_type, **(headers or {})}
+    )
+
+
+class _Body(httpx.AsyncByteStream):
+    def __init__(self, body: bytes) -> None:
+        self.body = body
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        yield self.body
+
+
+class _ResetStream(httpx.AsyncByteStream):
+    async def __aiter__(self) -> Any:
+        raise httpx.RemoteProtocolError("connection reset before the first byte")
+        yield b""  # pragma: no cover - makes this an async generator
+
+
+def balancer_config(**overrides: Any) -> BalancerConfig:
+    values: dict[str, Any] = {
+        "balancer": "lb-us",
+        "redis_url": "redis://127.0.0.1:1/0",
+        "hash_seed": "meridian",
+        "tokenizer_json": "",
+        "demo": False,
+        "topology_refresh_s": 1.0,
+        "probe_interval_s": 1.0,
+        "probe_timeout_s": 1.0,
+        "probe_failure_threshold": 2,
+        "heartbeat_interval_s": 1.0,
+        "heartbeat_ttl_s": 5.0,
+        "connect_timeout_s": 1.0,
+        "read_timeout_s": 5.0,
+        "max_attempts": 3,
+        "max_outstanding": 4,
+        "max_body_bytes": 1 << 20,
+        "retry_after_s": 2,
+        "peer_queue_buffer": 1,
+    }
+    return BalancerConfig(**{**values, **overrides})
+
+
+@pytest.fixture
+async def build_runtime() -> AsyncIterator[Callable[..., Awaitable[BalancerRuntime]]]:
+    made: list[BalancerRuntime] = []
+
+    async def make(
+        upstreams: Upstreams,
+        *,
+        replicas: tuple[str, ...] = ("a", "b"),
+        peers: tuple[PeerSpec, ...] = (),
+        model: ModelSpec = ModelSpec(MODEL),
+        **config: Any,
+    ) -> BalancerRuntime:
+        rt = BalancerRuntime(balancer_config(**config), asyncio.get_running_loop())
+        await rt.client.aclose()
+        rt.client = httpx.AsyncClient(transport=httpx.MockTransport(upstreams))
+        rt.prober.client = rt.poller.client = rt.client
+        specs = tuple(
+            ReplicaSpec(n, f"http://{n}", MODEL, "us", "us-1", "reserved") for n in replicas
+        )
+        rt.snapshot = TopologySnapshot(
+            balancer="lb-us",
+            region="us",
+            url="http://lb-us",
+            replicas=specs,
+            peers=peers,
+            models={MODEL: model},
+            served_models=frozenset({MODEL}),
+        )
+        rt.adopt(rt.snapshot)
+        for peer in peers:
+            rt.remote.record_report(peer.name, peer_report(peer.name))
+        made.append(rt)
+        return rt
+
+    yield make
+    for rt in made:
+        await rt.close()
+
+
+def peer_report(name: str, *, available: int = 1) -> Heartbeat:
+    return Heartbeat(
+        name, name, f"http://{name}", time.time(), 1, available, 0, 0, {MODEL: available}
+    )
+
+
+def proxy_call(*, stream: bool = False, forwarded: bool = False, rid: str = "rid") -> ProxyCall:
+    raw = json.dumps(
+        {"model": MODEL, "messages": [{"role": "user", "content": "hello"}], "stream": stream}
+    ).encode()
+    request = parse_request(raw, Endpoint.CHAT)
+    descriptor = describe(
+        request,
+        WordTokenizer(),
+        request_id=rid,
+        session_key="10.0.0.9",
+        hash_seed="meridian",
+        forwarded=forwarded,
+    )
+    return ProxyCall(request, descriptor, raw, "Bearer mk-test", rid, 0.0)
 
 
 # -- topology rows ---------------------------------------------------------------------
@@ -83,10 +257,11 @@ class TopologyFactory:
             state=state,
         )
 
-    def service(self, model: str = MODEL, policy: str = "least_load") -> Any:
+    def service(self, model: str = MODEL, policy: str = "least_load", **fields: Any) -> Any:
+        """A ServiceConfig; ``fields`` sets the rest (policy_params, queue bounds)."""
         from console.models import ServiceConfig
 
-        return self._keep(ServiceConfig.objects.create(model_name=model, policy=policy))
+        return self._keep(ServiceConfig.objects.create(model_name=model, policy=policy, **fields))
 
     def api_key(self, name: str = "tests") -> str:
         from console.models import ApiKey

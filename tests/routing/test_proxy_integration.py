@@ -3,7 +3,9 @@ emulated replicas, over real sockets.
 
 This balancer's Redis URL points at a closed port on purpose: heartbeats fail
 the whole time, which is the "Redis is down" case, and local serving must not
-notice.  The per-replica cap is 1 so two held requests fill the region.
+notice.  The per-replica cap is 1 so two held requests fill the region, and the
+service has no queue room (``queue_max_len=0``), so a full region answers 429
+at once instead of queueing (test_selective_pushing_integration covers the queue).
 """
 
 from __future__ import annotations
@@ -61,7 +63,7 @@ def region(
     topology.balancer("px-us-lb", us, balancer_port)
     for name, port in ports.items():
         topology.replica(name, us, port)
-    topology.service()
+    topology.service(queue_max_len=0)
     key = topology.api_key()
     start_replicas(module_processes, "px-replicas", ports)
     url = start_balancer(
@@ -287,7 +289,7 @@ def test_full_region_answers_429_with_retry_after(idle: Region) -> None:
             model=MODEL, messages=[{"role": "user", "content": "one more"}]
         )
     assert info.value.response.headers["retry-after"] == "1"
-    assert info.value.code == "capacity_exceeded"
+    assert info.value.code == "queue_full"
     for port in idle.replica_ports.values():
         set_fault(port, "none")
     for thread in held:
@@ -322,7 +324,17 @@ def test_metrics_and_state_describe_the_balancer(idle: Region) -> None:
     assert view["balancer"] == "px-us-lb" and view["region"] == "px-us"
     assert {r["name"] for r in view["replicas"]} == set(idle.replica_ports)
     assert all(r["healthy"] for r in view["replicas"])
-    assert view["models"] == [{"model": MODEL, "policy": "least_load"}]
+    assert view["models"] == [
+        {
+            "model": MODEL,
+            "policy": "least_load",
+            "remote_policy": "nearest",
+            "pushing": "sp-p",
+            "queue_max_len": 0,
+            "queue_max_wait_s": 30.0,
+        }
+    ]
+    assert view["queues"] == [{"model": MODEL, "length": 0, "oldest_wait_s": 0.0}]
 
 
 def _replica_aborts(region: Region) -> float:
