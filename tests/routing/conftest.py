@@ -243,14 +243,21 @@ class TopologyFactory:
         return Balancer.objects.create(name=name, region=region, url=f"http://127.0.0.1:{port}")
 
     def replica(
-        self, name: str, region: Any, port: int, *, state: str = "ready", balancer: Any = None
+        self,
+        name: str,
+        region: Any,
+        port: int,
+        *,
+        state: str = "ready",
+        balancer: Any = None,
+        model: str = MODEL,
     ) -> Any:
         from console.models import Replica
 
         return Replica.objects.create(
             name=name,
             url=f"http://127.0.0.1:{port}",
-            model_name=MODEL,
+            model_name=model,
             region=region,
             zone=region.zones.get(),
             balancer=balancer,
@@ -304,9 +311,13 @@ def module_processes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Proce
 # -- processes -------------------------------------------------------------------------
 
 
-def start_replicas(group: ProcessGroup, label: str, ports: dict[str, int]) -> Any:
-    """One ``sim.serve`` process serving ``ports`` (name → port); returns the Popen."""
-    args = ["-m", "sim.serve", "--model", MODEL, "--time-scale", "0.02"]
+def start_replicas(
+    group: ProcessGroup, label: str, ports: dict[str, int], *extra: str, model: str = MODEL
+) -> Any:
+    """One ``sim.serve`` process serving ``ports`` (name → port); returns the Popen.
+
+    ``extra`` goes on its command line (``--max-num-seqs 2`` fills a batch fast)."""
+    args = ["-m", "sim.serve", "--model", model, "--time-scale", "0.02", *extra]
     for name, port in ports.items():
         args += ["--replica", f"{name}={port}"]
     process = group.python(label, *args)
@@ -326,6 +337,8 @@ def start_balancer(
         "MERIDIAN_PROBE_INTERVAL_S": "0.2",
         "MERIDIAN_HEARTBEAT_INTERVAL_S": "0.2",
         "MERIDIAN_HEARTBEAT_TTL_S": "2",
+        "MERIDIAN_AVAILABILITY_INTERVAL_S": "0.2",
+        "MERIDIAN_AVAILABILITY_TTL_S": "2",
         **overrides,
     }
     argv = ["-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "console.asgi:application"]
@@ -378,6 +391,11 @@ def state(url: str) -> dict[str, Any]:
     response.raise_for_status()
     data: dict[str, Any] = response.json()
     return data
+
+
+def replica_waiting(port: int) -> float:
+    """The emulated replica's own ``vllm:num_requests_waiting``."""
+    return sum(samples(f"http://127.0.0.1:{port}").get("vllm:num_requests_waiting", [0.0]))
 
 
 def set_fault(port: int, mode: str, **extra: float) -> None:
