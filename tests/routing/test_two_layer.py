@@ -9,7 +9,7 @@ from typing import Any
 from routing.core.engine_metrics import EngineLoad
 from routing.core.peers import Heartbeat
 from routing.core.policy import Policy, PolicyBase
-from routing.core.registry import build_policy
+from routing.core.registry import build_policy, remote_policy_name
 from routing.core.remote import RemoteRouter, nothing_available, place
 from routing.core.router import LocalRouter
 from routing.core.topology import ModelSpec, PeerSpec, ReplicaSpec
@@ -183,3 +183,31 @@ def test_peer_set_changes_reach_the_remote_policy_and_outstanding_survives() -> 
     assert link.state.extra["rtt_ms"] == 70.0
     held.lease.release(ok=True)
     assert link.state.outstanding == 0
+
+
+def test_the_skylb_snapshot_sends_a_shared_prefix_back_to_the_peer_it_went_to() -> None:
+    clock = Clock()
+    models = {MODEL: ModelSpec(MODEL, "skylb")}
+    local = LocalRouter(build_policy, max_outstanding=1, clock=clock)
+    local.apply([], models)  # a region with nothing local: every request is forwarded
+    remote = RemoteRouter(
+        build_policy, remote_policy_name, queue_buffer=1, max_age_s=2.0, clock=clock
+    )
+    remote.apply(
+        [PeerSpec("eu", "http://eu", "eu", 80.0), PeerSpec("ap", "http://ap", "ap", 150.0)], models
+    )
+    assert remote.policy_name(MODEL) == "skylb"
+    for name in ("eu", "ap"):
+        remote.record_report(name, _beat(name, available=5))
+
+    def forward(rid: str, blocks: tuple[int, ...]) -> str:
+        request = RequestDescriptor(rid, MODEL, 16 * len(blocks), block_hashes=blocks)
+        placed = place(request, local, remote)
+        assert placed is not None and placed.peer is not None
+        return placed.target.target_id
+
+    first = forward("r1", (1, 2, 3))
+    # The snapshot learned r1's prefix at select time: a prompt sharing it follows,
+    # although the other peer now has fewer forwarded requests outstanding.
+    assert forward("r2", (1, 2, 3, 4)) == first
+    assert forward("r3", (7, 8, 9)) != first  # nothing shared: the least-loaded peer
