@@ -146,14 +146,16 @@ class CacheMap:
         if self.max_speculative == 0:
             return
         deadline = self._clock() + self.speculative_ttl_s
-        index = self._index(replica)
+        index, holders, pending = self._index(replica), self._holders, self._pending
         for h in block_hashes:
-            states = self._holders.setdefault(h, {})
-            if replica in states and states[replica] is CONFIRMED:
+            states = holders.get(h)
+            if states is None:
+                states = holders[h] = {}
+            elif replica in states and states[replica] is CONFIRMED:
                 continue
             states[replica] = deadline
             index[h] = None
-            self._pending.append((deadline, h, replica))
+            pending.append((deadline, h, replica))
         while len(self._pending) > self.max_speculative:
             self._drop_pending(*self._pending.popleft())
         self._bound(replica, index)

@@ -61,10 +61,12 @@ class PrefixTrie:
         self.root.children = {}
         self._size = 0
         self._seq = 0
-        # (node, stamp) per touch, oldest first; an entry whose stamp is no longer the
-        # node's (touched again since) or whose node is detached is stale and skipped.
-        # Cheaper per touch than an ordered map; compacted when stale entries pile up.
-        self._touches: deque[tuple[TrieNode, int]] = deque()
+        # One entry per touch, oldest first, as two parallel queues (node, stamp); an
+        # entry whose stamp is no longer the node's (touched again since) or whose node
+        # is detached is stale and skipped.  Cheaper per touch than an ordered map, and
+        # no tuple per entry: fewer objects for the garbage collector to traverse.
+        self._touch_nodes: deque[TrieNode] = deque()
+        self._touch_stamps: deque[int] = deque()
 
     def __len__(self) -> int:
         return self._size
@@ -90,7 +92,8 @@ class PrefixTrie:
             node = child
         # Deepest first, so a parent's latest touch always follows its children's.
         path.reverse()
-        self._touches.extend(zip(path, repeat(seq)))
+        self._touch_nodes.extend(path)
+        self._touch_stamps.extend(repeat(seq, len(path)))
         self._evict()
 
     def match(self, hashes: Sequence[int], available: Collection[str]) -> tuple[int, set[str]]:
@@ -128,16 +131,22 @@ class PrefixTrie:
                 self._detach(node)
 
     def _live_nodes(self) -> list[TrieNode]:
-        return [n for n, stamp in self._touches if n.stamp == stamp and n.parent is not None]
+        return [
+            n
+            for n, stamp in zip(self._touch_nodes, self._touch_stamps, strict=True)
+            if n.stamp == stamp and n.parent is not None
+        ]
 
     def _evict(self) -> None:
-        touches = self._touches
+        nodes, stamps = self._touch_nodes, self._touch_stamps
         while self._size > self.max_nodes:
-            node, stamp = touches.popleft()
+            node, stamp = nodes.popleft(), stamps.popleft()
             if node.stamp == stamp and node.parent is not None:
                 self._detach(node)  # the oldest live node: always a leaf
-        if len(touches) > 2 * self.max_nodes + 1024:
-            self._touches = deque((n, n.stamp) for n in self._live_nodes())
+        if len(nodes) > 2 * self.max_nodes + 1024:
+            live = self._live_nodes()
+            self._touch_nodes = deque(live)
+            self._touch_stamps = deque(n.stamp for n in live)
 
     def _detach(self, node: TrieNode) -> None:
         parent = node.parent
