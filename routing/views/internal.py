@@ -25,6 +25,7 @@ from routing.core import errors
 from routing.core.errors import ApiError
 from routing.errors import error_response
 from routing.runtime import BalancerRuntime, get_runtime
+from routing.telemetry import QUEUE_CANCELLED, QUEUE_PLACED, QUEUE_TIMEOUT, QueueSnapshot
 
 
 async def availability(request: HttpRequest) -> HttpResponseBase:
@@ -69,10 +70,7 @@ def balancer_state(rt: BalancerRuntime) -> dict[str, Any]:
         "inflight": rt.inflight(),
         "forwarded_inflight": rt.remote.ledger.total,
         "queue": rt.queues.total(),
-        "queues": [
-            {"model": q.model, "length": q.length, "oldest_wait_s": round(q.oldest_wait_s, 3)}
-            for q in rt.queue_snapshots()
-        ],
+        "queues": [_queue_row(rt, q) for q in rt.queue_snapshots()],
         "max_outstanding_per_replica": rt.router.max_outstanding,
         "models": [_model_row(rt, m) for m in sorted(snapshot.served_models if snapshot else ())],
         "replicas": [_replica_row(rt, t.target_id) for t in rt.router.targets()],
@@ -83,6 +81,20 @@ def balancer_state(rt: BalancerRuntime) -> dict[str, Any]:
             "heartbeats": sorted(rt.peers.heartbeats),
         },
         "dead_loops": dict(rt.dead_loops),
+    }
+
+
+def _queue_row(rt: BalancerRuntime, queue: QueueSnapshot) -> dict[str, Any]:
+    """Length and oldest wait now, and how many left the queue each way so far."""
+    waits = rt.metrics.queue_wait
+    return {
+        "model": queue.model,
+        "length": queue.length,
+        "oldest_wait_s": round(queue.oldest_wait_s, 3),
+        "placed": waits.count(queue.model, QUEUE_PLACED),
+        "timed_out": waits.count(queue.model, QUEUE_TIMEOUT),
+        "cancelled": waits.count(queue.model, QUEUE_CANCELLED),
+        "rejected_full": int(rt.metrics.queue_rejected.value(queue.model)),
     }
 
 

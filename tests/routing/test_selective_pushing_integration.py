@@ -185,6 +185,8 @@ def test_full_queue_is_429_and_a_request_that_waited_too_long_is_503(tight_full:
     timeout_line = f'meridian_queue_wait_seconds_count{{model="{TIGHT}",outcome="timeout"}}'
     assert metric_value(lab.url, timeout_line) >= 1
     assert _tight_queue(lab.url) == 0
+    row = next(q for q in state(lab.url)["queues"] if q["model"] == TIGHT)
+    assert row["rejected_full"] >= 1 and row["timed_out"] >= 1
 
 
 def test_a_client_that_leaves_while_queued_is_taken_out_of_the_queue(tight_full: Lab) -> None:
