@@ -1,5 +1,7 @@
 """The command's side of a measured phase: the generator process and the balancer's usage.
 
+``py_spy_recording`` samples a process's Python stacks with py-spy (needs
+ptrace rights, e.g. root) into a collapsed-stack file, for ``--py-spy DIR``.
 ``LoadGenerator`` owns the ``console.bench.loadgen`` child: it sends one phase
 at a time and waits for its result line.  ``UsageMonitor`` watches a balancer
 process with psutil while a phase runs: CPU seconds (user + system, the
@@ -9,10 +11,14 @@ size sampled every 50 ms from a thread.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import shutil
+import signal
 import subprocess
 import sys
 import threading
+from collections.abc import Iterator
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -102,3 +108,25 @@ class UsageMonitor:
                 self._peak = max(self._peak, self._process.memory_info().rss)
             except psutil.Error:
                 return
+
+
+@contextlib.contextmanager
+def py_spy_recording(pid: int, path: Path, rate: int = 250) -> Iterator[None]:
+    """Sample ``pid`` with ``py-spy record`` while the block runs (idle frames left out)."""
+    binary = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+    argv = [binary, "record", "--pid", str(pid), "--rate", str(rate), "--format", "raw",
+            "--output", str(path), "--nonblocking"]  # fmt: skip
+    recorder = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        yield
+    finally:
+        # py-spy writes its output when interrupted, as after Ctrl-C.
+        recorder.send_signal(signal.SIGINT)
+        try:
+            _, err = recorder.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            recorder.kill()
+            recorder.wait()
+            raise BenchError(f"py-spy did not stop for {path}") from None
+        if recorder.returncode not in (0, -signal.SIGINT) and not path.exists():
+            raise BenchError(f"py-spy failed: {err.decode(errors='replace')[-500:]}")

@@ -12,6 +12,9 @@
    ``console.asgi:application`` as the same balancer (they share its rows, so
    they never forward to each other), then waits until each reports every
    replica healthy, i.e. the topology is loaded and the probes are running.
+   With a base tree (another checkout, e.g. the commit before a change) each
+   server also runs once from that tree, labelled ``<server>@base``, so a
+   change is measured before and after in the same run.
 
 Every child lives in its own session and ``stop`` ends each one (SIGTERM, then
 SIGKILL); ``start`` stops what it started if anything fails half-way.
@@ -73,6 +76,8 @@ class BenchFixture:
 
     supervisor: Supervisor
     workdir: tempfile.TemporaryDirectory[str]
+    # Balancers labelled "<server>@base" run from this other source tree (before/after).
+    base_supervisor: Supervisor | None = None
     backends: list[str] = field(default_factory=list)
     balancers: dict[str, str] = field(default_factory=dict)
     balancer_children: dict[str, Child] = field(default_factory=dict)
@@ -80,12 +85,23 @@ class BenchFixture:
     policy: str = ""
 
     @classmethod
-    def start(cls, servers: list[str], replicas: int = 4, policy: str = "") -> BenchFixture:
+    def start(
+        cls,
+        servers: list[str],
+        replicas: int = 4,
+        policy: str = "",
+        pushing: str = "",
+        base_tree: Path | None = None,
+    ) -> BenchFixture:
         workdir = tempfile.TemporaryDirectory(prefix="meridian-bench-")
-        fixture = cls(Supervisor(Path(workdir.name) / "logs", Path(settings.BASE_DIR)), workdir)
+        logs = Path(workdir.name) / "logs"
+        fixture = cls(Supervisor(logs, Path(settings.BASE_DIR)), workdir)
+        if base_tree is not None:
+            fixture.base_supervisor = Supervisor(logs, base_tree.resolve())
+            servers = [*servers, *(f"{server}@base" for server in servers)]
         try:
             fixture._start_replicas(replicas)
-            env = fixture._seed(servers, policy)
+            env = fixture._seed(servers, policy, pushing)
             for server in servers:
                 fixture._start_balancer(server, env)
             for server in servers:
@@ -99,6 +115,8 @@ class BenchFixture:
         return self.balancer_children[server].process.pid
 
     def stop(self) -> None:
+        if self.base_supervisor is not None:
+            self.base_supervisor.stop_all(grace_s=5.0)
         self.supervisor.stop_all(grace_s=5.0)
         self.workdir.cleanup()
 
@@ -120,7 +138,7 @@ class BenchFixture:
         self.backends = [f"http://{HOST}:{port}" for port in ports]
         wait_until_answering([f"{url}/health" for url in self.backends], children, timeout=30)
 
-    def _seed(self, servers: list[str], policy: str) -> dict[str, str]:
+    def _seed(self, servers: list[str], policy: str, pushing: str) -> dict[str, str]:
         """Create the database; returns the environment every balancer process gets."""
         db = Path(self.workdir.name) / "bench.sqlite3"
         env = {
@@ -131,7 +149,8 @@ class BenchFixture:
             **BALANCER_ENV,
         }
         self.balancers = {server: f"http://{HOST}:{_free_port()}" for server in servers}
-        spec = SeedSpec(BALANCER, next(iter(self.balancers.values())), MODEL, self.backends, policy)
+        first_url = next(iter(self.balancers.values()))
+        spec = SeedSpec(BALANCER, first_url, MODEL, self.backends, policy, pushing)
         done = subprocess.run(
             python_argv("-m", "console.bench.seed", json.dumps(dataclasses.asdict(spec))),
             cwd=settings.BASE_DIR, env={**self.supervisor.base_env, **env},
@@ -143,10 +162,12 @@ class BenchFixture:
         self.api_key, self.policy = seeded["api_key"], seeded["policy"]
         return env
 
-    def _start_balancer(self, server: str, env: dict[str, str]) -> None:
-        port = int(self.balancers[server].rsplit(":", 1)[1])
-        spec = ChildSpec(f"balancer-{server}", server_argv(server, port), env=env)
-        self.balancer_children[server] = self.supervisor.start(spec)
+    def _start_balancer(self, label: str, env: dict[str, str]) -> None:
+        port = int(self.balancers[label].rsplit(":", 1)[1])
+        server, _, tree = label.partition("@")
+        supervisor = self.base_supervisor if tree and self.base_supervisor else self.supervisor
+        spec = ChildSpec(f"balancer-{label}", server_argv(server, port), env=env)
+        self.balancer_children[label] = supervisor.start(spec)
 
     def _wait_routable(self, server: str) -> None:
         """Until /health reports every replica healthy (topology loaded, probes answered)."""

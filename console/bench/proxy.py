@@ -29,7 +29,7 @@ from typing import Any, TextIO
 
 from django.conf import settings
 
-from console.bench.driver import LoadGenerator, UsageMonitor
+from console.bench.driver import LoadGenerator, UsageMonitor, py_spy_recording
 from console.bench.fixture import MODEL, SERVERS, BenchFixture
 from console.bench.loadgen import Phase
 from console.bench.report import DIRECT, Pooled, Row, compare, format_table, write_json
@@ -77,6 +77,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--replicas", type=int, default=4)
     parser.add_argument("--policy", default="", help="routing policy (default: skylb if known)")
     parser.add_argument(
+        "--pushing",
+        default="sp-o",
+        help="the service's selective-pushing mode; the default sp-o, with the per-replica cap "
+        "raised, never holds a request back, so the proxy itself is measured ('' leaves it unset)",
+    )
+    parser.add_argument(
+        "--base-tree",
+        type=Path,
+        metavar="DIR",
+        help="also run each balancer from this source tree (another checkout), as <server>@base",
+    )
+    parser.add_argument(
         "--backend",
         action="append",
         default=[],
@@ -87,6 +99,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--api-key", default="", help="the balancer's API key (with --balancer)")
     parser.add_argument("--balancer-pid", type=int, help="its process id, for CPU and RSS")
     parser.add_argument("--model", default="", help=f"model name (default {MODEL})")
+    parser.add_argument(
+        "--py-spy",
+        type=Path,
+        metavar="DIR",
+        help="record each balancer phase with py-spy (collapsed stacks) here",
+    )
     parser.add_argument("--json", type=Path, metavar="PATH", help="also save the rows as JSON")
 
 
@@ -119,7 +137,7 @@ def run(options: Any, stdout: TextIO) -> list[Row]:
 
 
 _META_KEYS = ("concurrency", "mode", "requests", "duration", "rounds", "prompt_tokens",
-              "max_tokens", "server", "replicas")  # fmt: skip
+              "max_tokens", "server", "replicas", "pushing")  # fmt: skip
 
 
 def run_matrix(
@@ -149,11 +167,22 @@ def _measure(
             phase = _phase(opts, targets, name, mode, concurrency)
             pid = targets.pids.get(name)
             monitor = UsageMonitor(pid) if pid else None
-            if monitor:
-                monitor.start()
-            result = generator.run(phase)
-            pooled[name].add(result, monitor.stop() if monitor else None)
+            with _profiled(opts, pid, f"{name}-{mode}-{concurrency}-r{round_index}"):
+                if monitor:
+                    monitor.start()
+                result = generator.run(phase)
+                usage = monitor.stop() if monitor else None
+            pooled[name].add(result, usage)
     return pooled
+
+
+def _profiled(opts: dict[str, Any], pid: int | None, label: str) -> Any:
+    """py-spy on the balancer during its phase when ``--py-spy DIR`` asks for it."""
+    directory = opts.get("py_spy")
+    if not directory or pid is None:
+        return contextlib.nullcontext()
+    Path(directory).mkdir(parents=True, exist_ok=True)
+    return py_spy_recording(pid, Path(directory) / f"{label}.txt")
 
 
 def _warm_up(opts: dict[str, Any], targets: Targets, generator: LoadGenerator) -> None:
@@ -218,9 +247,15 @@ def _targets(opts: dict[str, Any]) -> Iterator[Targets]:
         )
         return
     servers = list(SERVERS) if opts.get("server") == "both" else [opts.get("server", "daphne")]
-    fixture = BenchFixture.start(servers, opts.get("replicas", 4), opts.get("policy", ""))
+    fixture = BenchFixture.start(
+        servers,
+        opts.get("replicas", 4),
+        opts.get("policy", ""),
+        opts.get("pushing", "sp-o"),
+        opts.get("base_tree"),
+    )
     try:
-        pids: dict[str, int | None] = {s: fixture.pid_of(s) for s in servers}
+        pids: dict[str, int | None] = {s: fixture.pid_of(s) for s in fixture.balancers}
         yield Targets(fixture.backends, fixture.balancers, pids, fixture.api_key, model,
                       fixture.policy)  # fmt: skip
     finally:

@@ -4,7 +4,8 @@ A row compares one balancer with the backends called directly, for one mode
 (streaming or not) and one concurrency: throughput as a ratio (balancer /
 direct, requests and tokens), latency as the time the balancer *adds*
 (balancer percentile minus direct percentile, in milliseconds), and what the
-balancer process spent (CPU seconds, share of one core, peak RSS).  Phases
+balancer process spent (CPU seconds, share of one core, CPU milliseconds per
+request, peak RSS).  Phases
 repeated over several rounds are pooled: counts and wall time are summed and
 latency samples concatenated before any ratio or percentile is taken.
 """
@@ -76,6 +77,9 @@ class Row:
     e2e_p99_added_ms: float
     balancer_cpu_s: float | None
     balancer_cpu_share: float | None  # CPU seconds per wall second of the phase
+    # CPU milliseconds per successful request: unlike the ratios, barely moved by other
+    # load on the machine, so the number to compare when optimizing.
+    balancer_cpu_ms_per_request: float | None
     balancer_rss_mib: float | None
     client_cpu_share: float  # of the proxied phases: is the generator near its limit?
     first_error: str
@@ -118,6 +122,7 @@ def compare(mode: str, concurrency: int, server: str, direct: Pooled, proxy: Poo
         e2e_p99_added_ms=_added_ms(proxy.e2e_s, direct.e2e_s, 99),
         balancer_cpu_s=cpu,
         balancer_cpu_share=cpu / wall if cpu is not None else None,
+        balancer_cpu_ms_per_request=cpu * 1000 / proxy.ok if cpu is not None and proxy.ok else None,
         balancer_rss_mib=(proxy.server_rss_bytes / 2**20) if proxy.server_rss_bytes else None,
         client_cpu_share=proxy.client_cpu_s / wall,
         first_error=proxy.first_error or direct.first_error,
@@ -141,6 +146,7 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("+e2e p99 ms", "e2e_p99_added_ms", ".2f"),
     ("bal cpu s", "balancer_cpu_s", ".2f"),
     ("bal cpu %", "balancer_cpu_share", ".0%"),
+    ("bal ms/req", "balancer_cpu_ms_per_request", ".2f"),
     ("bal rss MiB", "balancer_rss_mib", ".0f"),
     ("gen cpu %", "client_cpu_share", ".0%"),
 )

@@ -8,7 +8,8 @@ the service got.
 The topology is the smallest one that engages the whole routing core: one
 region, one balancer, the replicas given (ready, owned by that balancer), a
 ``ServiceConfig`` for the model with the prefix-aware policy when the registry
-has it (``skylb``), else ``least_load``, and one API key.
+has it (``skylb``), else ``least_load``, and the pushing mode asked for, and
+one API key.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ class SeedSpec:
     model: str
     replica_urls: list[str]
     policy: str = ""  # empty: the first of PREFERRED_POLICIES the registry knows
+    pushing: str = ""  # ServiceConfig's "pushing" mode (sp-p, sp-o, blind); empty: default
 
 
 def choose_policy(requested: str, known: list[str]) -> str:
@@ -62,7 +64,8 @@ def seed(spec: SeedSpec) -> dict[str, Any]:
             balancer=balancer,
             state=Replica.State.READY,
         )
-    ServiceConfig.objects.create(model_name=spec.model, policy=policy)
+    params = {"pushing": spec.pushing} if spec.pushing else {}
+    ServiceConfig.objects.create(model_name=spec.model, policy=policy, policy_params=params)
     _, raw_key = ApiKey.issue("bench")
     return {"api_key": raw_key, "policy": policy}
 

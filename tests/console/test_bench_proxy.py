@@ -75,4 +75,5 @@ def test_percentiles_are_nearest_rank_and_rows_subtract_the_direct_baseline() ->
     assert row.ttft_p50_added_ms == pytest.approx(2.0)
     assert row.e2e_p99_added_ms == pytest.approx(5.0)
     assert row.balancer_cpu_share == pytest.approx(0.25)
+    assert row.balancer_cpu_ms_per_request == pytest.approx(50)
     assert row.balancer_rss_mib == pytest.approx(100)
