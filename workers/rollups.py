@@ -146,9 +146,9 @@ def _publish(
     while another region's balancer serves it after a failover)."""
     by_region: dict[str, list[dict[str, Any]]] = {r.name: [] for r in regions}
     for row in replicas:
-        region = replica_regions.get(row.name)
-        if region in by_region:
-            by_region[region].append(row.as_dict())
+        home = replica_regions.get(row.name, "")
+        if home in by_region:
+            by_region[home].append(row.as_dict())
     for region in regions:
         message = json.dumps({"region": region.as_dict(), "replicas": by_region[region.name]})
         # Kept a few periods so a live view sees "stale" rather than a wrong number.

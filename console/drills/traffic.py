@@ -72,6 +72,7 @@ class TrafficStream:
         self._stop = threading.Event()
         self._attempts = _Attempts()
         self._local = threading.local()
+        self._clients: list[httpx.Client] = []
         self._pool = ThreadPoolExecutor(config.workers, thread_name_prefix="drill-traffic")
         self._pacer = threading.Thread(target=self._pace, name="drill-pacer", daemon=True)
 
@@ -84,6 +85,8 @@ class TrafficStream:
         self._pacer.join(timeout=wait_s)
         self._pool.shutdown(wait=True, cancel_futures=True)
         with self._lock:
+            for client in self._clients:
+                client.close()
             return sorted(self.records, key=lambda r: r.number)
 
     def _pace(self) -> None:
@@ -98,12 +101,15 @@ class TrafficStream:
             self._pool.submit(self._send, number, self.base_url, time.monotonic())
 
     def _http(self) -> httpx.Client:
-        client = getattr(self._local, "client", None)
+        """This worker thread's client (a pool per thread; all closed by ``stop``)."""
+        client: httpx.Client | None = getattr(self._local, "client", None)
         if client is None:
             hooks = {"request": [self._count_attempt]}
             client = httpx.Client(event_hooks=hooks, trust_env=False)
             self._local.client = client
-        return client  # type: ignore[no-any-return]
+            with self._lock:
+                self._clients.append(client)
+        return client
 
     def _count_attempt(self, request: httpx.Request) -> None:
         self._attempts.count += 1
