@@ -200,9 +200,10 @@ CELERY_TASK_DEFAULT_QUEUE = env_str("MERIDIAN_CELERY_QUEUE", "celery")
 MERIDIAN_DRILL_POLL_INTERVAL_S = env_float("MERIDIAN_DRILL_POLL_INTERVAL_S", 0.2, minimum=0.05)
 MERIDIAN_DRILL_SLACK_S = env_float("MERIDIAN_DRILL_SLACK_S", 5.0, minimum=0.0)
 # Supervisor (`make run`): restarts of an essential child that exits, and the first delay
-# (doubled per attempt within the window).
+# (doubled per attempt).  The first delay outlasts heartbeat TTL + sync period, so a
+# killed balancer's replicas are handed over first and handed back once it returns.
 MERIDIAN_RESTART_ATTEMPTS = env_int("MERIDIAN_RESTART_ATTEMPTS", 5, minimum=0)
-MERIDIAN_RESTART_BACKOFF_S = env_float("MERIDIAN_RESTART_BACKOFF_S", 2.0, minimum=0.1)
+MERIDIAN_RESTART_BACKOFF_S = env_float("MERIDIAN_RESTART_BACKOFF_S", 10.0, minimum=0.1)
 
 # --- Selective pushing and cross-region availability (routing/) -------------------------
 # A replica probe older than this says nothing about pending requests: SP-P falls back to

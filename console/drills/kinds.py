@@ -8,7 +8,8 @@ shares with the balancers and the worker), plus one poll and
   it at its next topology refresh (its in-process probe usually notices sooner);
 * kill-balancer: the heartbeat expires (TTL), the next heartbeat sync marks the
   balancer down and runs the failover controller, and the balancer that takes over
-  adopts the replicas at its next topology refresh;
+  adopts the replicas at its next topology refresh (or the killed balancer is back
+  first, restarted, and routes to them itself);
 * slow-replica: the in-process probe sees the queue build (``failure_threshold``
   probe intervals) or the outstanding count grows at the next dispatch.
 """
@@ -75,7 +76,10 @@ def kill_balancer_plan(balancer: Balancer) -> DrillPlan:
     loopback_port(balancer.url)  # refuse before anything is recorded or broken
     ready = Replica.objects.filter(state=Replica.State.READY)
     owned = [r for r in ready if balancer in balancers_serving(r, [balancer])]
-    others = Balancer.objects.exclude(pk=balancer.pk).values_list("url", flat=True)
+    # The killed URL is watched too: whatever answers there after the kill is a new
+    # process (a supervisor restarted it before failover was needed), which also
+    # serves the region's clients again.
+    urls = Balancer.objects.values_list("url", flat=True)
 
     def inject() -> str:
         killed = kill_balancer(balancer.url)
@@ -86,7 +90,7 @@ def kill_balancer_plan(balancer: Balancer) -> DrillPlan:
         target=balancer.name,
         bound_s=kill_balancer_bound(),
         inject=inject,
-        check=replicas_taken_over(others, [r.name for r in owned]),
+        check=replicas_taken_over(urls, [r.name for r in owned]),
     )
 
 

@@ -6,8 +6,9 @@ of a drill is the moment clients' requests stop reaching the broken thing.
 
 * ``replicas_left_routing``: no balancer lists the replicas as healthy any more
   (a preempted replica was dropped at a topology refresh or failed its probes).
-* ``replicas_taken_over``: some live balancer lists every one of them (failover
-  handed a dead balancer's replicas to it, SkyLB §4.2).
+* ``replicas_taken_over``: answering balancers list every one of them (failover
+  handed a dead balancer's replicas to a live one, SkyLB §4.2, or the dead one is
+  back).
 * ``replica_avoided``: the balancer's view of a slowed replica shows the load that
   makes load-aware selection prefer other replicas: unhealthy, reported
   unavailable, requests waiting in its engine, or more requests outstanding on it
