@@ -13,15 +13,28 @@ back, so the buffer is at most one event long and output is never delayed past
 the end of the event that produced it.  A peer that never sends an event
 boundary cannot make it grow without bound: past ``max_pending`` bytes the
 pending text is passed through as is.
+
+Most chunks take a fast path: a chunk that completes every event it holds
+(nothing pending before it, an event boundary at its end) and has no
+``"usage"`` key with an object value cannot hold the usage event, so it is
+returned as it is, without being split into events.  (OpenAI sends
+``"usage": null`` on every other chunk once usage is requested, hence the
+look at the value; vLLM leaves the key out.)  Only the final chunks of a
+stream are split and parsed, with the same output as splitting everything,
+which keeps the relay's cost per token small (docs/performance.md).
 """
 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
 _BOUNDARY = (b"\n\n", b"\r\n\r\n", b"\r\r")
+# A "usage" key whose value is an object: all a usage event can look like in JSON
+# (a nested string mentioning it has its quotes escaped and cannot match).
+_USAGE_OBJECT = re.compile(rb'"usage"\s*:\s*\{')
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,10 +64,11 @@ class SseRelay:
         self.strip_usage = strip_usage
         self.max_pending = max_pending
         self.usage: Usage | None = None
-        self.events = 0
         self._pending = b""
 
     def feed(self, chunk: bytes) -> bytes:
+        if not self._pending and chunk.endswith(_BOUNDARY) and not _USAGE_OBJECT.search(chunk):
+            return chunk  # whole events, none of them the usage event
         data = self._pending + chunk if self._pending else chunk
         out: list[bytes] = []
         start = 0
@@ -80,9 +94,8 @@ class SseRelay:
         return rest
 
     def _keep(self, event: bytes) -> bool:
-        self.events += 1
         payload = _data_payload(event)
-        if payload is None or b'"usage"' not in payload:
+        if payload is None or not _USAGE_OBJECT.search(payload):
             return True
         try:
             parsed = json.loads(payload)

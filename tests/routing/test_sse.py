@@ -82,3 +82,19 @@ def test_a_stream_that_never_ends_an_event_is_passed_through_when_the_buffer_is_
 def test_usage_from_a_non_streaming_body_without_details() -> None:
     assert Usage.from_openai({"prompt_tokens": 5, "completion_tokens": 2}) == Usage(5, 2, 0)
     assert Usage.from_openai(None) is None
+
+
+def test_event_per_chunk_streams_pass_content_through_and_still_strip_usage() -> None:
+    # How replicas write: one whole event per chunk (the relay's fast path).
+    relay = SseRelay(strip_usage=True)
+    out = [relay.feed(event) for event in (CONTENT, CONTENT, USAGE, DONE)]
+    assert out == [CONTENT, CONTENT, b"", DONE]
+    assert relay.usage is not None and relay.usage.completion_tokens == 3
+
+
+def test_openai_style_null_usage_on_content_chunks_is_relayed_untouched() -> None:
+    relay = SseRelay(strip_usage=True)
+    content = CONTENT.replace(b'"usage": null', b'"usage" : null')
+    assert relay.feed(content + content) == content + content
+    assert relay.feed(USAGE + DONE) == DONE
+    assert relay.usage is not None and relay.usage.prompt_tokens == 40
