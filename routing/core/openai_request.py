@@ -48,6 +48,7 @@ class CompletionRequest:
     client_wants_usage: bool
     max_tokens: int | None
     user: str | None
+    raw: bytes  # the client's body as received
 
     def upstream_body(self) -> bytes:
         """The body for a replica: streaming requests always ask for usage.
@@ -55,13 +56,34 @@ class CompletionRequest:
         The balancer learns prompt/cached/completion tokens only from the usage
         chunk (vLLM sends it last when ``stream_options.include_usage`` is set), so
         it asks for it every time and strips it again for clients that did not
-        (``routing.core.sse``).
+        (``routing.core.sse``).  A body that needs no change is sent as received,
+        and a body without ``stream_options`` gets the option spliced in, both
+        without re-encoding the JSON (the prompt is most of it).
         """
+        if not _plain_utf8(self.raw):
+            return self._reencoded()
+        if not self.stream or self.client_wants_usage:
+            return self.raw
+        if "stream_options" not in self.payload:
+            # A valid JSON object with at least "model" in it ends in "}".
+            return self.raw.rstrip()[:-1] + _USAGE_OPTION
+        return self._reencoded()
+
+    def _reencoded(self) -> bytes:
         if not self.stream:
             return json.dumps(self.payload).encode()
         options = dict(self.payload.get("stream_options") or {})
         options["include_usage"] = True
         return json.dumps({**self.payload, "stream_options": options}).encode()
+
+
+_USAGE_OPTION = b', "stream_options": {"include_usage": true}}'
+
+
+def _plain_utf8(body: bytes) -> bool:
+    """UTF-8 without a byte-order mark, the only encoding spliced or passed as is
+    (``json.loads`` also reads UTF-16/32, whose first four bytes hold a zero)."""
+    return not body.startswith(b"\xef\xbb\xbf") and b"\x00" not in body[:4]
 
 
 def parse_request(body: bytes, endpoint: Endpoint) -> CompletionRequest:
@@ -90,6 +112,7 @@ def parse_request(body: bytes, endpoint: Endpoint) -> CompletionRequest:
         client_wants_usage=wants_usage,
         max_tokens=_max_tokens(payload),
         user=_optional_str(payload, "user"),
+        raw=body,
     )
 
 

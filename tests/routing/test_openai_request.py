@@ -105,3 +105,28 @@ def test_session_key_prefers_user_then_header_then_address() -> None:
     assert session_key(with_user, "sess-1", "10.0.0.1") == "alice"
     assert session_key(anonymous, "sess-1", "10.0.0.1") == "sess-1"
     assert session_key(anonymous, None, "10.0.0.1") == "10.0.0.1"
+
+
+def test_upstream_body_is_the_clients_own_bytes_unless_usage_must_be_asked_for() -> None:
+    plain = b'{"model": "m", "prompt": "caf\xc3\xa9", "max_tokens": 3}  '
+    assert parse_request(plain, Endpoint.COMPLETIONS).upstream_body() == plain
+
+    asked = b'{"model":"m","prompt":"x","stream":true,"stream_options":{"include_usage":true}}'
+    assert parse_request(asked, Endpoint.COMPLETIONS).upstream_body() == asked
+
+    spliced = parse_request(b'{"model":"m","prompt":"x","stream":true}\n', Endpoint.COMPLETIONS)
+    body = spliced.upstream_body()
+    assert body.startswith(b'{"model":"m","prompt":"x","stream":true')
+    assert json.loads(body) == {
+        "model": "m", "prompt": "x", "stream": True, "stream_options": {"include_usage": True}
+    }  # fmt: skip
+
+
+def test_other_encodings_and_existing_stream_options_are_reencoded() -> None:
+    utf16 = json.dumps({"model": "m", "prompt": "x", "stream": True}).encode("utf-16")
+    assert json.loads(parse_request(utf16, Endpoint.COMPLETIONS).upstream_body()) == {
+        "model": "m", "prompt": "x", "stream": True, "stream_options": {"include_usage": True}
+    }  # fmt: skip
+    declined = _body({**CHAT, "stream": True, "stream_options": {"include_usage": False}})
+    upstream = json.loads(parse_request(declined, Endpoint.CHAT).upstream_body())
+    assert upstream["stream_options"] == {"include_usage": True}
