@@ -61,10 +61,13 @@ def _record(balancer: Balancer, new_state: str, beat: Heartbeat | None) -> None:
     if new_state == Balancer.State.UP:
         Event.record("balancer_up", f"{balancer.name} is sending heartbeats", subject=balancer.name)
         return
-    last = "never" if beat is None else datetime.fromtimestamp(beat.ts, tz=UTC).isoformat()
+    # An expired heartbeat is gone from Redis; the last one seen is in the database.
+    seen = datetime.fromtimestamp(beat.ts, tz=UTC) if beat is not None else balancer.last_heartbeat
+    last = seen.isoformat() if seen is not None else "never"
     Event.record(
         "balancer_down",
         f"{balancer.name} missed its heartbeats (last: {last})",
         subject=balancer.name,
         severity=Event.Severity.ERROR,
+        last_heartbeat=None if seen is None else seen.isoformat(),
     )

@@ -60,3 +60,17 @@ def test_corrupt_heartbeat_is_treated_as_missing(redis_client: redis.Redis) -> N
     Balancer.objects.create(name="test-sync-lb", region=region, url="http://127.0.0.1:1")
     redis_client.set(heartbeat_key("test-sync-lb"), b"{not json", ex=5)
     assert sync_balancer_states(redis_client, max_age_s=5)[0].new_state == "down"
+
+
+@pytest.mark.django_db
+def test_down_event_names_the_last_heartbeat_seen(redis_client: redis.Redis) -> None:
+    region = Region.objects.create(name="us-east")
+    Balancer.objects.create(name="test-sync-lb", region=region, url="http://127.0.0.1:1")
+    redis_client.set(heartbeat_key("test-sync-lb"), beat(time.time()), ex=5)
+    sync_balancer_states(redis_client, max_age_s=5)
+    seen = Balancer.objects.get().last_heartbeat
+    redis_client.delete(heartbeat_key("test-sync-lb"))  # the key expired
+    sync_balancer_states(redis_client, max_age_s=5)
+    event = Event.objects.get(kind="balancer_down")
+    assert seen is not None and event.data["last_heartbeat"] == seen.isoformat()
+    assert seen.isoformat() in event.message
