@@ -13,18 +13,9 @@ import pytest
 from openai import OpenAI
 
 from console.stack.readiness import port_is_free
-from tests.support.processes import ProcessGroup, free_port
+from tests.support.processes import ProcessGroup, free_port, free_port_run
 
 pytestmark = pytest.mark.integration
-
-
-def free_port_block(count: int) -> int:
-    """A base port such that base+1 .. base+count are all free."""
-    for _ in range(50):
-        base = free_port() - count - 1
-        if base > 1024 and all(port_is_free("127.0.0.1", base + i) for i in range(1, count + 1)):
-            return base
-    raise RuntimeError("no free block of ports")
 
 
 def wait_for_text(path: Path, pattern: str, timeout: float, process) -> str:  # type: ignore[no-untyped-def]
@@ -61,7 +52,8 @@ def test_run_command_brings_up_the_demo_streams_and_stops_everything(
 ) -> None:
     var_dir = tmp_path / "var"
     console_port = free_port()
-    balancer_base, replica_base = free_port_block(3), free_port_block(9)
+    # The demo listens on base+1 .. base+N.
+    balancer_base, replica_base = free_port_run(4), free_port_run(10)
     redis_url = redis_server.url.rsplit("/", 1)[0] + "/3"  # its own Redis database
     env = {
         "MERIDIAN_VAR_DIR": str(var_dir),

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import contextlib
 import itertools
-import socket
 import subprocess
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
@@ -15,7 +13,7 @@ import pytest
 
 from routing.core.tokenizer import WordTokenizer
 from sim.engine import Engine, EngineConfig, EngineRequest, StepResult, Vocabulary
-from tests.support.processes import ProcessGroup, free_port, wait_http
+from tests.support.processes import ProcessGroup, free_port, free_port_run, wait_http
 
 TIME_SCALE = "0.02"
 _token_counter = itertools.count(10_000)
@@ -90,21 +88,6 @@ def start_replicas(
     for url in urls.values():
         wait_http(f"{url}/v1/models", process=process)
     return ServedReplicas(process, urls, kv_port_base or 0)
-
-
-def free_port_run(count: int) -> int:
-    """A base port such that ``base .. base + count - 1`` are all free (KV-event ports)."""
-    for _ in range(50):
-        base = free_port()
-        try:
-            with contextlib.ExitStack() as stack:
-                for offset in range(count):
-                    sock = stack.enter_context(socket.socket())
-                    sock.bind(("127.0.0.1", base + offset))
-            return base
-        except OSError:
-            continue
-    raise RuntimeError(f"no run of {count} free ports")
 
 
 @pytest.fixture(scope="module")

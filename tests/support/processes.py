@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -16,10 +17,35 @@ import httpx
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
-def free_port() -> int:
+# Ports are drawn below the kernel's ephemeral range: ports the OS hands to outgoing
+# connections (this process's HTTP and Redis clients) can never collide with them.
+_PORT_RANGE = (20000, 32000)
+_rng = random.Random(os.getpid() ^ time.time_ns())
+_handed_out: set[int] = set()
+
+
+def _bindable(port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port_run(count: int) -> int:
+    """A base port such that ``base .. base + count - 1`` are all free right now."""
+    for _ in range(200):
+        base = _rng.randrange(_PORT_RANGE[0], _PORT_RANGE[1] - count)
+        run = range(base, base + count)
+        if not _handed_out.intersection(run) and all(_bindable(p) for p in run):
+            _handed_out.update(run)
+            return base
+    raise RuntimeError(f"no run of {count} free ports in {_PORT_RANGE}")
+
+
+def free_port() -> int:
+    return free_port_run(1)
 
 
 def wait_http(
