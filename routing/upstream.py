@@ -31,6 +31,7 @@ from dataclasses import dataclass
 import httpx
 
 from routing.core.sse import SseRelay
+from routing.upstream_pool import UpstreamError, UpstreamPool, UpstreamResponse
 
 logger = logging.getLogger(__name__)
 
@@ -65,11 +66,17 @@ class UpstreamFailure(Exception):
         return not self.capacity
 
 
+# Either client serves: the shared httpx.AsyncClient, or the lean pool made for this
+# path (routing.upstream_pool), whose responses have the same small interface.
+UpstreamClient = httpx.AsyncClient | UpstreamPool
+_NETWORK_ERRORS = (httpx.HTTPError, UpstreamError)
+
+
 @dataclass(slots=True)
 class Opened:
     """An upstream response whose first body chunk has arrived."""
 
-    response: httpx.Response
+    response: httpx.Response | UpstreamResponse
     first_chunk: bytes
     chunks: AsyncIterator[bytes]
     first_byte_at: float
@@ -80,7 +87,7 @@ class Opened:
 
     @property
     def content_type(self) -> str:
-        return self.response.headers.get("content-type", "application/json")
+        return str(self.response.headers.get("content-type", "application/json"))
 
     async def read_rest(self) -> bytes:
         """The whole body (non-streaming requests); failures stay retryable."""
@@ -88,21 +95,29 @@ class Opened:
         try:
             async for chunk in self.chunks:
                 parts.append(chunk)
-        except httpx.HTTPError as exc:
+        except _NETWORK_ERRORS as exc:
             raise UpstreamFailure(f"body read failed: {_describe(exc)}") from exc
         finally:
             await self.response.aclose()
         return b"".join(parts)
 
 
+async def _post(
+    client: UpstreamClient, url: str, body: bytes, headers: Mapping[str, str]
+) -> httpx.Response | UpstreamResponse:
+    if isinstance(client, UpstreamPool):
+        return await client.post(url, body, headers)
+    request = client.build_request("POST", url, content=body, headers=dict(headers))
+    return await client.send(request, stream=True)
+
+
 async def open_upstream(
-    client: httpx.AsyncClient, url: str, body: bytes, headers: Mapping[str, str]
+    client: UpstreamClient, url: str, body: bytes, headers: Mapping[str, str]
 ) -> Opened:
     """POST and wait for the first body byte; ``UpstreamFailure`` if there is none."""
-    request = client.build_request("POST", url, content=body, headers=dict(headers))
     try:
-        response = await client.send(request, stream=True)
-    except httpx.HTTPError as exc:
+        response = await _post(client, url, body, headers)
+    except _NETWORK_ERRORS as exc:
         raise UpstreamFailure(_describe(exc)) from exc
     try:
         if response.status_code == 429 or response.status_code >= 500:
@@ -117,7 +132,7 @@ async def open_upstream(
             first = await anext(chunks)
         except StopAsyncIteration:
             raise UpstreamFailure("empty response body") from None
-        except httpx.HTTPError as exc:
+        except _NETWORK_ERRORS as exc:
             raise UpstreamFailure(f"failed before the first byte: {_describe(exc)}") from exc
         return Opened(response, first, chunks, time.monotonic())
     except BaseException:
@@ -132,7 +147,12 @@ FinishHook = Callable[[str, SseRelay | None], None]
 class _Finisher:
     """Runs the end-of-stream accounting exactly once, whichever path gets there first."""
 
-    def __init__(self, response: httpx.Response, on_finish: FinishHook, sse: SseRelay | None):
+    def __init__(
+        self,
+        response: httpx.Response | UpstreamResponse,
+        on_finish: FinishHook,
+        sse: SseRelay | None,
+    ):
         self.response = response
         self.on_finish = on_finish
         self.sse = sse
@@ -193,7 +213,7 @@ class RelayStream:
             if self._sse is not None and (tail := self._sse.flush()):
                 yield tail
             outcome = OUTCOME_OK
-        except httpx.HTTPError as exc:
+        except _NETWORK_ERRORS as exc:
             # Committed already: the client cannot be answered with a status any more,
             # so end the stream with an OpenAI-style error event the SDKs raise on.
             outcome = OUTCOME_UPSTREAM_ERROR

@@ -1,0 +1,282 @@
+"""A lean HTTP/1.1 keep-alive client for the relay's one job: POST, then stream the body.
+
+Why not httpx on this path: under load the balancer spent a third or more of its
+CPU inside httpx/httpcore (docs/performance.md), most of it in the connection
+pool, which on every request start and end walks *every* pooled connection and
+asks each socket whether it is readable (anyio's typed-attribute lookups and a
+``select`` per idle connection), so the cost per request grows with the number
+of streams in flight.  Here each origin has a stack of idle connections: taking
+one and putting it back is O(1), and a connection the server closed is known
+from ``connection_lost`` instead of by polling its socket.  Responses are parsed
+by httptools (C), the parser uvicorn and the emulated replicas use.
+
+Semantics the dispatcher relies on:
+
+* ``UpstreamError`` for every network or protocol failure (refused, reset,
+  timeout, malformed response); the read timeout applies to each wait for
+  bytes, the connect timeout to opening a connection;
+* a request on a reused connection that the server closed before answering
+  (its keep-alive timer ran out as we sent) is sent again once on a fresh
+  connection: nothing of it was processed;
+* closing a response before its end closes the connection, so the replica sees
+  the disconnect and aborts the generation, as with httpx;
+* reading pauses the socket once ``HIGH_WATER`` bytes wait unread, so a slow
+  client never makes the balancer buffer a whole stream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+from collections import deque
+from collections.abc import AsyncIterator, Mapping
+from urllib.parse import urlsplit
+
+import httptools
+import httpx
+
+HIGH_WATER = 256 * 1024
+LOW_WATER = 64 * 1024
+MAX_IDLE_PER_ORIGIN = 256
+
+Origin = tuple[str, int, bool]  # host, port, TLS
+
+
+class UpstreamError(Exception):
+    """A network or protocol failure talking to an upstream."""
+
+
+class _Connection(asyncio.Protocol):
+    """One HTTP/1.1 connection; one request at a time, fed by httptools callbacks."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.transport: asyncio.Transport | None = None
+        self.parser = httptools.HttpResponseParser(self)
+        self.lost = False
+        self.reused = False
+        self._reset()
+
+    def _reset(self) -> None:
+        self.status = 0
+        self.keep_alive = False
+        self.headers: list[tuple[bytes, bytes]] = []
+        self.head_done = False
+        self.complete = False
+        self.received = False
+        self.chunks: deque[bytes] = deque()
+        self.buffered = 0
+        self.paused = False
+        self.error: BaseException | None = None
+        self.waiter: asyncio.Future[None] | None = None
+
+    # -- asyncio.Protocol -----------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        self.received = True
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserError as exc:
+            self._fail(UpstreamError(f"malformed response: {exc}"))
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.lost = True
+        if not self.complete:
+            reason = f"connection lost: {exc}" if exc else "server closed the connection"
+            self._fail(UpstreamError(reason))
+
+    # -- httptools callbacks ----------------------------------------------------------------
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self.headers.append((name, value))
+
+    def on_headers_complete(self) -> None:
+        self.status = self.parser.get_status_code()
+        # Asked here: llhttp forgets the answer once the message is complete.
+        self.keep_alive = self.parser.should_keep_alive()
+        self.head_done = True
+        self._wake()
+
+    def on_body(self, body: bytes) -> None:
+        self.chunks.append(body)
+        self.buffered += len(body)
+        if self.buffered > HIGH_WATER and not self.paused and self.transport is not None:
+            self.paused = True
+            self.transport.pause_reading()
+        self._wake()
+
+    def on_message_complete(self) -> None:
+        self.complete = True
+        self._wake()
+
+    # -- the request/response side ----------------------------------------------------------
+    def send(self, data: bytes) -> None:
+        assert self.transport is not None
+        self._reset()
+        self.transport.write(data)
+
+    async def wait(self, timeout: float) -> None:
+        """Until the parser made progress (or failed, or ``timeout`` passed)."""
+        if self.error is not None:
+            raise self.error
+        self.waiter = self.loop.create_future()
+        timer = self.loop.call_later(timeout, self._timed_out, self.waiter)
+        try:
+            await self.waiter
+        finally:
+            timer.cancel()
+            self.waiter = None
+
+    def take(self) -> bytes:
+        data = b"".join(self.chunks) if len(self.chunks) > 1 else self.chunks[0]
+        self.chunks.clear()
+        self.buffered = 0
+        if self.paused and self.transport is not None:
+            self.paused = False
+            self.transport.resume_reading()
+        return data
+
+    def reusable(self) -> bool:
+        return self.complete and not self.lost and self.keep_alive
+
+    def close(self) -> None:
+        self.lost = True
+        if self.transport is not None:
+            self.transport.close()
+
+    def _wake(self) -> None:
+        if self.waiter is not None and not self.waiter.done():
+            self.waiter.set_result(None)
+
+    def _fail(self, error: BaseException) -> None:
+        self.error = error
+        if self.waiter is not None and not self.waiter.done():
+            self.waiter.set_exception(error)
+
+    def _timed_out(self, waiter: asyncio.Future[None]) -> None:
+        if not waiter.done():
+            waiter.set_exception(UpstreamError("read timed out"))
+
+
+class UpstreamResponse:
+    """An upstream response whose head has arrived; the body streams from ``aiter_raw``."""
+
+    def __init__(self, pool: UpstreamPool, origin: Origin, conn: _Connection) -> None:
+        self._pool, self._origin, self._conn = pool, origin, conn
+        self.status_code = conn.status
+        self.headers = httpx.Headers(conn.headers)
+        self._released = False
+
+    async def aiter_raw(self) -> AsyncIterator[bytes]:
+        conn, timeout = self._conn, self._pool.read_timeout_s
+        while True:
+            if conn.chunks:
+                yield conn.take()
+            elif conn.complete:
+                break
+            else:
+                await conn.wait(timeout)
+        self._release()
+
+    async def aread(self) -> bytes:
+        return b"".join([chunk async for chunk in self.aiter_raw()])
+
+    async def aclose(self) -> None:
+        self._release()
+
+    def _release(self) -> None:
+        if self._released:
+            return
+        self._released = True
+        self._pool.release(self._origin, self._conn)
+
+
+class UpstreamPool:
+    """Keep-alive connections by origin; the relay's replacement for ``httpx.AsyncClient``."""
+
+    def __init__(self, *, connect_timeout_s: float, read_timeout_s: float) -> None:
+        self.connect_timeout_s = connect_timeout_s
+        self.read_timeout_s = read_timeout_s
+        self._idle: dict[Origin, list[_Connection]] = {}
+        self._closed = False
+        self._tls: ssl.SSLContext | None = None  # made on the first https:// upstream
+
+    async def post(self, url: str, body: bytes, headers: Mapping[str, str]) -> UpstreamResponse:
+        """Send a POST and wait for the response head; ``UpstreamError`` on failure."""
+        origin, head = _request_head(url, headers, len(body))
+        conn = self._checkout(origin) or await self._connect(origin)
+        try:
+            return await self._exchange(origin, conn, head + body)
+        except UpstreamError:
+            if not (conn.reused and not conn.received):
+                raise
+        # The server closed the idle connection as we reused it: it saw nothing.
+        return await self._exchange(origin, await self._connect(origin), head + body)
+
+    async def _exchange(self, origin: Origin, conn: _Connection, data: bytes) -> UpstreamResponse:
+        try:
+            conn.send(data)
+            while not conn.head_done:
+                await conn.wait(self.read_timeout_s)
+        except BaseException:
+            conn.close()
+            raise
+        return UpstreamResponse(self, origin, conn)
+
+    def _checkout(self, origin: Origin) -> _Connection | None:
+        idle = self._idle.get(origin)
+        while idle:
+            conn = idle.pop()  # the most recently used: the least likely to have timed out
+            if not conn.lost:
+                conn.reused = True
+                return conn
+        return None
+
+    async def _connect(self, origin: Origin) -> _Connection:
+        loop = asyncio.get_running_loop()
+        host, port, tls = origin
+        if tls and self._tls is None:
+            self._tls = ssl.create_default_context()
+        try:
+            _, conn = await asyncio.wait_for(
+                loop.create_connection(
+                    lambda: _Connection(loop), host, port, ssl=self._tls if tls else None
+                ),
+                self.connect_timeout_s,
+            )
+        except (OSError, TimeoutError) as exc:
+            raise UpstreamError(f"connect to {host}:{port} failed: {exc!r}") from exc
+        return conn
+
+    def release(self, origin: Origin, conn: _Connection) -> None:
+        """Back to the idle stack when its response was read to the end, else closed."""
+        idle = self._idle.setdefault(origin, [])
+        if self._closed or not conn.reusable() or len(idle) >= MAX_IDLE_PER_ORIGIN:
+            conn.close()
+            return
+        conn.reused = False
+        idle.append(conn)
+
+    async def aclose(self) -> None:
+        self._closed = True
+        for idle in self._idle.values():
+            for conn in idle:
+                conn.close()
+        self._idle.clear()
+
+
+def _request_head(url: str, headers: Mapping[str, str], length: int) -> tuple[Origin, bytes]:
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise UpstreamError(f"not an http(s) URL: {url!r}")
+    tls = parts.scheme == "https"
+    port = parts.port or (443 if tls else 80)
+    target = parts.path or "/"
+    if parts.query:
+        target += "?" + parts.query
+    lines = [f"POST {target} HTTP/1.1", f"Host: {parts.hostname}:{port}"]
+    lines += [f"{name}: {value}" for name, value in headers.items()]
+    lines.append(f"Content-Length: {length}")
+    return (parts.hostname, port, tls), ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")

@@ -1,0 +1,144 @@
+"""The relay's keep-alive pool against a real loopback server it can misbehave on.
+
+The server speaks just enough HTTP/1.1 to answer a POST with a chunked body and
+records what an upstream would observe: how many connections were opened and
+whether the client went away before the end of a response.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+import pytest
+
+from routing.upstream import OUTCOME_CLIENT_CLOSED, RelayStream, open_upstream
+from routing.upstream_pool import UpstreamError, UpstreamPool
+
+pytestmark = pytest.mark.anyio
+
+EVENTS = [b"data: one\n\n", b"data: two\n\n", b"data: [DONE]\n\n"]
+
+
+@dataclass
+class FakeUpstream:
+    """Behaviours: ``drop_second`` closes a reused connection instead of answering;
+    ``stall`` sends the head and one chunk, then nothing."""
+
+    drop_second: bool = False
+    stall: bool = False
+    connections: int = 0
+    disconnected_early: asyncio.Event = field(default_factory=asyncio.Event)
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        served = 0
+        try:
+            while await _read_request(reader):
+                served += 1
+                if self.drop_second and served == 2:
+                    break  # as if its keep-alive timer fired just as the request came in
+                await self._respond(reader, writer)
+        except ConnectionError:
+            pass
+        finally:
+            writer.close()
+
+    async def _respond(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n")
+        writer.write(b"transfer-encoding: chunked\r\n\r\n")
+        for index, event in enumerate(EVENTS):
+            writer.write(b"%x\r\n%s\r\n" % (len(event), event))
+            await writer.drain()
+            if self.stall and index == 0:
+                if await reader.read() == b"":  # end of file: the client went away
+                    self.disconnected_early.set()
+                return
+            await asyncio.sleep(0)
+        writer.write(b"0\r\n\r\n")
+        await writer.drain()
+
+
+async def _read_request(reader: asyncio.StreamReader) -> bool:
+    try:
+        head = await reader.readuntil(b"\r\n\r\n")
+    except (asyncio.IncompleteReadError, ConnectionError):
+        return False
+    lines = head.lower().split(b"\r\n")
+    length = next(int(line.split(b":")[1]) for line in lines if line.startswith(b"content-length"))
+    await reader.readexactly(length)
+    return True
+
+
+@pytest.fixture
+async def upstream() -> AsyncIterator[tuple[FakeUpstream, str]]:
+    fake = FakeUpstream()
+    server = await asyncio.start_server(fake.handle, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    yield fake, f"http://127.0.0.1:{port}/v1/chat/completions"
+    server.close()
+
+
+def _pool(read_timeout_s: float = 5.0) -> UpstreamPool:
+    return UpstreamPool(connect_timeout_s=2.0, read_timeout_s=read_timeout_s)
+
+
+async def test_streams_the_body_and_reuses_one_connection(
+    upstream: tuple[FakeUpstream, str],
+) -> None:
+    fake, url = upstream
+    pool = _pool()
+    for _ in range(3):
+        response = await pool.post(url, b"{}", {"Content-Type": "application/json"})
+        assert response.status_code == 200
+        assert response.headers["content-type"] == "text/event-stream"
+        assert b"".join([chunk async for chunk in response.aiter_raw()]) == b"".join(EVENTS)
+    assert fake.connections == 1
+    await pool.aclose()
+
+
+async def test_a_reused_connection_closed_by_the_server_is_retried_on_a_fresh_one(
+    upstream: tuple[FakeUpstream, str],
+) -> None:
+    fake, url = upstream
+    fake.drop_second = True
+    pool = _pool()
+    for _ in range(2):
+        response = await pool.post(url, b"{}", {})
+        assert await response.aread() == b"".join(EVENTS)
+    assert fake.connections == 2
+    await pool.aclose()
+
+
+async def test_closing_mid_stream_disconnects_so_the_upstream_can_abort(
+    upstream: tuple[FakeUpstream, str],
+) -> None:
+    fake, url = upstream
+    fake.stall = True
+    pool = _pool()
+    opened = await open_upstream(pool, url, b"{}", {})
+    assert opened.first_chunk == EVENTS[0]
+    outcomes: list[str] = []
+    stream = RelayStream(opened, sse=None, on_finish=lambda outcome, _: outcomes.append(outcome))
+    relay = aiter(stream)
+    assert await anext(relay) == EVENTS[0]
+    await relay.aclose()  # what Django does when the client disconnects
+    await asyncio.wait_for(fake.disconnected_early.wait(), 5)
+    assert outcomes == [OUTCOME_CLIENT_CLOSED]
+    await pool.aclose()
+
+
+async def test_silence_past_the_read_timeout_and_refused_connections_are_upstream_errors(
+    upstream: tuple[FakeUpstream, str],
+) -> None:
+    fake, url = upstream
+    fake.stall = True
+    pool = _pool(read_timeout_s=0.2)
+    response = await pool.post(url, b"{}", {})
+    with pytest.raises(UpstreamError, match="timed out"):
+        await response.aread()
+    await response.aclose()
+    with pytest.raises(UpstreamError, match="connect"):
+        await pool.post("http://127.0.0.1:9/", b"{}", {})
+    await pool.aclose()
