@@ -98,3 +98,12 @@ def test_openai_style_null_usage_on_content_chunks_is_relayed_untouched() -> Non
     assert relay.feed(content + content) == content + content
     assert relay.feed(USAGE + DONE) == DONE
     assert relay.usage is not None and relay.usage.prompt_tokens == 40
+
+
+def test_a_read_that_coalesced_hundreds_of_events_is_relayed_whole_minus_usage() -> None:
+    relay = SseRelay(strip_usage=True)
+    body = CONTENT * 500 + USAGE + DONE
+    half = len(CONTENT) // 2
+    assert relay.feed(body + CONTENT[:half]) == CONTENT * 500 + DONE
+    assert relay.feed(CONTENT[half:]) == CONTENT
+    assert relay.usage is not None and relay.usage.cached_tokens == 32
