@@ -69,8 +69,11 @@ class SseRelay:
 
     def feed(self, chunk: bytes) -> bytes:
         data = self._pending + chunk if self._pending else chunk
-        cut = _end_of_last_event(data)
-        complete, self._pending = data[:cut], data[cut:]
+        if data.endswith(_BOUNDARY):  # the usual read: whole events
+            complete, self._pending = data, b""
+        else:
+            cut = _end_of_last_event(data)
+            complete, self._pending = data[:cut], data[cut:]
         if _USAGE_OBJECT.search(complete):
             complete = self._filter(complete)
         if len(self._pending) > self.max_pending:
