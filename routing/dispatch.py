@@ -260,7 +260,7 @@ class Dispatcher:
                 url, body, headers = self._peer_request(call, placement.peer)
             else:
                 url, body, headers = self._replica_request(call, placement)
-            opened = await open_upstream(self.rt.client, url, body, headers)
+            opened = await open_upstream(self.rt.upstream, url, body, headers)
             if placement.peer is not None:
                 await self._demo_half_rtt(placement.peer)  # the first byte's way back
             if call.request.stream and 200 <= opened.status < 300:

@@ -51,6 +51,8 @@ from routing.peers import AvailabilityPoller, PeerDirectory
 from routing.prober import ReplicaProber
 from routing.telemetry import BalancerMetrics, QueueSnapshot
 from routing.topology import BalancerNotConfiguredError, load_snapshot_async
+from routing.upstream import UpstreamClient
+from routing.upstream_pool import UpstreamPool
 
 logger = logging.getLogger(__name__)
 
@@ -154,6 +156,12 @@ class BalancerRuntime:
             limits=httpx.Limits(max_connections=2048, max_keepalive_connections=256),
             # Replica and peer URLs are internal: never route them via an env proxy.
             trust_env=False,
+        )
+        # The relay path (every proxied request) uses a lean keep-alive pool: httpx's
+        # pool bookkeeping grew with the number of open streams (docs/performance.md).
+        # httpx stays for probes and peer polls, where its generality is worth it.
+        self.upstream: UpstreamClient = UpstreamPool(
+            connect_timeout_s=config.connect_timeout_s, read_timeout_s=config.read_timeout_s
         )
         self.dispatcher = Dispatcher(self)
         self.poller = AvailabilityPoller(
@@ -306,6 +314,7 @@ class BalancerRuntime:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         await self.prober.close()
         await self.client.aclose()
+        await self.upstream.aclose()
         await self.peers.close()
 
 

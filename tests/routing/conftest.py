@@ -167,6 +167,8 @@ async def build_runtime() -> AsyncIterator[Callable[..., Awaitable[BalancerRunti
         await rt.client.aclose()
         rt.client = httpx.AsyncClient(transport=httpx.MockTransport(upstreams))
         rt.prober.client = rt.poller.client = rt.client
+        await rt.upstream.aclose()
+        rt.upstream = rt.client  # the relay takes either client; the mock answers both
         specs = tuple(
             ReplicaSpec(n, f"http://{n}", MODEL, "us", "us-1", "reserved") for n in replicas
         )

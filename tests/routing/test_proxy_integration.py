@@ -13,6 +13,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import httpx
 import openai
@@ -83,8 +84,9 @@ def region(
 
 @pytest.fixture
 def idle(region: Region) -> Iterator[Region]:
-    """The region with nothing in flight before and after the test, faults cleared."""
-    eventually(lambda: state(region.url)["inflight"] == 0, what="idle before the test")
+    """The region with nothing in flight and every replica available (SP-P: a fresh
+    probe shows no waiting request) before the test; faults cleared after it."""
+    eventually(lambda: _is_idle(state(region.url)), what="idle before the test")
     yield region
     for port in region.replica_ports.values():
         set_fault(port, "none")
@@ -338,6 +340,11 @@ def test_metrics_and_state_describe_the_balancer(idle: Region) -> None:
     assert (queue["model"], queue["length"], queue["oldest_wait_s"]) == (MODEL, 0, 0.0)
     # queue_max_len=0: the 429s of the full-region test were refusals, never waits.
     assert queue["placed"] == queue["timed_out"] == queue["cancelled"] == 0
+
+
+def _is_idle(view: dict[str, Any]) -> bool:
+    replicas = view["replicas"]
+    return view["inflight"] == 0 and all(r["healthy"] and r["available"] for r in replicas)
 
 
 def _replica_aborts(region: Region) -> float:
