@@ -1,28 +1,17 @@
-"""ASGI entry point served by daphne: the OpenAI-compatible proxy and the console over
-HTTP, and the console's live views over WebSockets.
+"""ASGI entry point: the OpenAI-compatible proxy and the console over HTTP, the
+console's live views over WebSockets, and ASGI lifespan (uvicorn) for balancers.
 
-Requests under ``/v1/`` (the OpenAI API, authenticated by bearer keys, never by the
-console's session cookie) go to ``ApiASGIHandler``: Django's own request objects, URL
-routing, views and response sending, but none of the thread hops Django's ASGI
-handler makes around them.  Under ASGI Django runs every sync piece through
-``sync_to_async``: each of the console's middlewares (all sync ``MiddlewareMixin``:
-sessions, auth, messages, CSRF, security headers) twice, the ``request_started``
-and ``request_finished`` receivers (database connection recycling), and
-``response.close``; and the per-request ``ThreadSensitiveContext`` starts a fresh
-executor thread and another to shut it down.  The profile of ``manage.py bench
-proxy`` showed those hops as the largest single cost of a proxied request
-(docs/performance.md).  The API path needs none of it: its views are async and
-CSRF-exempt, read no session or user, and never touch the database (the runtime
-reads the topology in the background).  Everything else keeps the full stack.
+Requests under ``/v1/`` go to ``routing.api_asgi.ApiASGIHandler``, Django without
+the console's middleware and thread hops (see that module); everything else keeps
+the full Django stack.  Balancer processes start their runtime (topology, probes,
+peer polls, heartbeats) as soon as the server runs, not on the first request: through
+the lifespan protocol under uvicorn, through the reactor under daphne, which sends
+no lifespan events.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import os
-from collections.abc import Awaitable, Callable, MutableMapping
-from typing import Any
 
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler
 from django.core.asgi import get_asgi_application
@@ -32,104 +21,10 @@ django_asgi_app = get_asgi_application()
 
 from channels.routing import ProtocolTypeRouter  # noqa: E402  (needs Django set up first)
 from django.conf import settings  # noqa: E402
-from django.core.exceptions import RequestAborted  # noqa: E402
-from django.core.handlers.asgi import ASGIHandler, get_script_prefix  # noqa: E402
-from django.core.handlers.exception import convert_exception_to_response  # noqa: E402
-from django.http import HttpRequest, HttpResponseBase  # noqa: E402
-from django.urls import set_script_prefix  # noqa: E402
 
+from routing.api_asgi import API_PREFIX, ApiASGIHandler, by_path_prefix  # noqa: E402
 from routing.body_limit import BodyLimitMiddleware  # noqa: E402
-
-Scope = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
-Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
-
-API_PREFIX = "/v1/"
-
-
-class ApiASGIHandler(ASGIHandler):
-    """Django's ASGI handler for the ``/v1/`` API, without middleware or thread hops.
-
-    Same request parsing, URL resolution, exception-to-response conversion, streaming
-    and client-disconnect cancellation as ``ASGIHandler.handle``; left out are the
-    middleware chain, the request signals and ``ThreadSensitiveContext``.  The
-    responses are JSON or SSE, so the console's HTML security headers do not apply.
-    """
-
-    def load_middleware(self, is_async: bool = False) -> None:
-        # BaseHandler.load_middleware with settings.MIDDLEWARE taken as empty.
-        self._view_middleware: list[Any] = []
-        self._template_response_middleware: list[Any] = []
-        self._exception_middleware: list[Any] = []
-        get_response = self._get_response_async if is_async else self._get_response
-        self._middleware_chain = convert_exception_to_response(get_response)
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            raise ValueError(f"the API serves HTTP only, not {scope['type']}")
-        await self.handle(scope, receive, send)
-
-    async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
-        try:
-            body_file = await self.read_body(receive)
-        except RequestAborted:
-            return
-        try:
-            set_script_prefix(get_script_prefix(scope))
-            request, error_response = self.create_request(scope, body_file)
-            if request is None:
-                await self.send_response(error_response, send)
-                return
-            await self._respond(request, receive, send)
-        finally:
-            body_file.close()
-
-    async def _respond(self, request: HttpRequest, receive: Receive, send: Send) -> None:
-        """Run the view and send its response, cancelling both if the client leaves
-        (the relay's ``finally`` then closes the upstream, as under Django's handler)."""
-
-        async def process() -> HttpResponseBase:
-            response: HttpResponseBase = await self.run_get_response(request)
-            with contextlib.suppress(asyncio.CancelledError):  # client left mid-send
-                await self.send_response(response, send)
-            return response
-
-        listener = asyncio.create_task(self.listen_for_disconnect(receive))
-        worker = asyncio.create_task(process())
-        await asyncio.wait((listener, worker), return_when=asyncio.FIRST_COMPLETED)
-        for task in (listener, worker):
-            if not task.done():
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
-            elif not task.cancelled():
-                with contextlib.suppress(RequestAborted):
-                    task.result()  # re-raises a view or send failure, as Django does
-        if not worker.cancelled():
-            _release(worker.result())
-
-
-def _release(response: HttpResponseBase) -> None:
-    """``HttpResponseBase.close`` without its ``request_finished`` signal, whose
-    receivers recycle database connections the API path never opened."""
-    for closer in response._resource_closers:
-        # Django's close() ignores a failing closer too: the response is already sent.
-        with contextlib.suppress(Exception):
-            closer()
-    response._resource_closers.clear()
-    response.closed = True
-
-
-def by_path_prefix(prefix: str, matched: ASGIApp, other: ASGIApp) -> ASGIApp:
-    """An ASGI app sending requests whose path starts with ``prefix`` to ``matched``."""
-
-    async def route(scope: Scope, receive: Receive, send: Send) -> None:
-        app = matched if scope["path"].startswith(prefix) else other
-        await app(scope, receive, send)
-
-    return route
-
+from routing.lifespan import LifespanApp, start_when_daphne_runs  # noqa: E402
 
 # The console ships its own static files (no CDN, works offline) and the demo has no
 # front proxy, so daphne serves them itself unless an operator puts one in front.
@@ -142,6 +37,8 @@ application = ProtocolTypeRouter(
         "http": BodyLimitMiddleware(
             by_path_prefix(API_PREFIX, ApiASGIHandler(), http_app),
             settings.MERIDIAN_MAX_BODY_BYTES,
-        )
+        ),
+        "lifespan": LifespanApp(),
     }
 )
+start_when_daphne_runs()

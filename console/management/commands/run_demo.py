@@ -24,6 +24,7 @@ from console.env import env_bool, env_float, env_int, env_str
 from console.stack.banner import banner
 from console.stack.credentials import ensure_credentials
 from console.stack.plan import (
+    BALANCER_SERVERS,
     StackOptions,
     balancer_specs,
     console_spec,
@@ -96,7 +97,16 @@ class Command(BaseCommand):
             traffic_rate=env_float("MERIDIAN_DEMO_TRAFFIC_RATE", 0.5, minimum=0.0),
             traffic_duration_s=env_int("MERIDIAN_DEMO_TRAFFIC_S", 3600, minimum=1),
             var_dir=Path(settings.VAR_DIR),
+            balancer_server=self.balancer_server(),
         )
+
+    def balancer_server(self) -> str:
+        server = env_str("MERIDIAN_BALANCER_SERVER", "uvicorn")
+        if server not in BALANCER_SERVERS:
+            raise CommandError(
+                f"MERIDIAN_BALANCER_SERVER={server!r}: choose {' or '.join(BALANCER_SERVERS)}"
+            )
+        return server
 
     def check_ports(self, opts: StackOptions, topology: DemoTopology) -> None:
         wanted = [("MERIDIAN_CONSOLE_PORT", opts.console_port)]
@@ -132,7 +142,11 @@ class Command(BaseCommand):
         # Mark replicas ready now rather than at the worker's first beat.
         probe_replicas(failure_threshold=settings.MERIDIAN_PROBE_FAILURE_THRESHOLD)
         # Balancers, console and Celery come back if they die (replicas do not: drills).
-        restartable = [*balancer_specs(topology), console_spec(opts), worker_spec(opts)]
+        restartable = [
+            *balancer_specs(topology, opts.balancer_server),
+            console_spec(opts),
+            worker_spec(opts),
+        ]
         services = [supervisor.start(dataclasses.replace(s, restart=True)) for s in restartable]
         urls = [f"http://{opts.host}:{b.port}/health" for b in topology.balancers]
         urls.append(f"http://{opts.host}:{opts.console_port}/admin/login/")
