@@ -4,14 +4,18 @@
 (policies, request descriptors, leases, the metrics registry and parsers, the
 SSE relay, SP-P/SP-O/blind availability, the regional FCFS queue, the local
 and remote layers and Algorithm 1's placement).  Beside it, the glue that runs
-inside daphne:
+inside the ASGI server (uvicorn for balancers by default, or daphne):
 
 * ``views/completions.py``: ``POST /v1/chat/completions`` and ``/v1/completions``;
 * ``views/ops.py``: ``/v1/models``, ``/health``, ``/metrics``;
 * ``views/internal.py``: ``/internal/availability`` (peers, token) and ``/internal/state``;
-* ``dispatch.py``: the two-layer placement behind the queue (``QueuePump``); retries;
-  accounting;
+* ``api_asgi.py``: the ``/v1/`` ASGI handler (Django without middleware hops);
+  ``body_limit.py``: 413 before Django spools a body; ``lifespan.py``: start the
+  runtime with the server;
+* ``dispatch.py``: the two-layer placement, retries, accounting;
+  ``queue_pump.py``: hands queued requests to targets as they free up;
 * ``upstream.py``: one upstream call, first-byte commit, chunk-by-chunk relay;
+  ``upstream_pool.py``: the lean keep-alive HTTP/1.1 client it relays through;
 * ``runtime.py``: the per-process runtime and its background loops;
 * ``topology.py`` (database snapshot), ``prober.py`` (replica ``/metrics``),
   ``peers.py`` (HTTP availability polls, Redis heartbeats), ``telemetry.py``

@@ -6,7 +6,7 @@ for a target: a local replica when one is *available* (SP-P/SP-O/blind,
 unless the request was forwarded to us (hop header
 ``X-Meridian-Forwarded-From``: never a second hop).  When nothing is available
 but something healthy exists, the request waits FCFS in the model's queue
-(``QueuePump``) until a probe, a completion or a peer report frees a target,
+(``routing.queue_pump``) until a probe, a completion or a peer report frees a target,
 or its deadline passes (503), or the queue is full (429).
 
 A failed attempt before the first byte excludes that target and tries again
@@ -28,7 +28,6 @@ TTFT grows by one RTT as it would across regions.  Production does not sleep
 from __future__ import annotations
 
 import asyncio
-import functools
 import json
 import logging
 import math
@@ -42,11 +41,12 @@ from django.http import HttpResponse, HttpResponseBase, StreamingHttpResponse
 from routing.core import errors
 from routing.core.leases import Lease
 from routing.core.openai_request import CompletionRequest
-from routing.core.pending_queue import QueuedRequest, QueueFullError
-from routing.core.remote import PeerLink, Placement, nothing_available, place
+from routing.core.pending_queue import QueueFullError
+from routing.core.remote import PeerLink, Placement, place
 from routing.core.sse import SseRelay, Usage
 from routing.core.types import RequestDescriptor
-from routing.telemetry import CLIENT_CLOSED, QUEUE_CANCELLED, QUEUE_PLACED, QUEUE_TIMEOUT
+from routing.queue_pump import Waiter
+from routing.telemetry import CLIENT_CLOSED, QUEUE_CANCELLED
 from routing.upstream import (
     OUTCOME_CLIENT_CLOSED,
     OUTCOME_OK,
@@ -82,93 +82,6 @@ class ProxyCall:
     @property
     def route_in(self) -> str:
         return ROUTE_FORWARDED_IN if self.descriptor.forwarded else ROUTE_LOCAL
-
-
-@dataclass(frozen=True, slots=True)
-class Waiter:
-    """A queued request as the pump sees it: where to deliver the placement, and
-    which targets already failed it."""
-
-    future: asyncio.Future[Placement]
-    tried: frozenset[str]
-    tried_peers: frozenset[str]
-
-
-class QueuePump:
-    """Hands queued requests to targets the moment one is available (SkyLB §3.3).
-
-    Probes, completions, failures, peer reports and topology changes call
-    ``wake`` (the routers' ``on_change``); wake-ups are coalesced into one
-    ``call_soon`` and the drain is synchronous, so no await separates seeing a
-    target available from taking its lease.  One timer, set for the earliest
-    deadline, expires waiting requests (503); nothing polls.
-    """
-
-    def __init__(self, runtime: BalancerRuntime) -> None:
-        self.rt = runtime
-        self._scheduled = False
-        self._timer: asyncio.TimerHandle | None = None
-        self._timer_at = math.inf
-
-    def wake(self) -> None:
-        if not self._scheduled:
-            self._scheduled = True
-            self.rt.loop.call_soon(self._drain_all)
-
-    def queued(self) -> None:
-        """A request was queued: try to place it, and make sure its deadline is timed."""
-        self.wake()
-        self._arm()
-
-    def _drain_all(self) -> None:
-        self._scheduled = False
-        rt = self.rt
-        for model, queue in rt.queues.items():
-            if not queue:
-                continue
-            exhausted = functools.partial(nothing_available, model, rt.router, rt.remote)
-            placed = queue.drain(self._place, exhausted)
-            now = rt.loop.time()
-            for entry, placement in placed:
-                entry.payload.future.set_result(placement)
-                rt.metrics.queue_wait.observe(entry.waited(now), model, QUEUE_PLACED)
-            if queue:
-                rt.prober.probe_soon(rt.router.reprobe_candidates(model, rt.config.probe_min_gap_s))
-        self._arm()
-
-    def _place(self, entry: QueuedRequest[Waiter]) -> Placement | None:
-        waiter = entry.payload
-        if waiter.future.done():
-            return None  # its client left; its own task takes the entry out
-        return place(
-            entry.request,
-            self.rt.router,
-            self.rt.remote,
-            tried=waiter.tried,
-            tried_peers=waiter.tried_peers,
-        )
-
-    def _arm(self) -> None:
-        deadline = self.rt.queues.next_deadline()
-        if deadline is None or deadline >= self._timer_at:
-            return  # the timer already set fires first and re-arms
-        if self._timer is not None:
-            self._timer.cancel()
-        self._timer, self._timer_at = self.rt.loop.call_at(deadline, self._expire), deadline
-
-    def _expire(self) -> None:
-        self._timer, self._timer_at = None, math.inf
-        # A millisecond of slack: the loop may fire a timer a hair before its time.
-        now = self.rt.loop.time() + 0.001
-        retry = self.rt.config.retry_after_s
-        for entry in self.rt.queues.expire(now):
-            model, waited, future = entry.request.model, entry.waited(now), entry.payload.future
-            if future.done():
-                self.rt.metrics.queue_wait.observe(waited, model, QUEUE_CANCELLED)
-                continue
-            future.set_exception(errors.queue_timeout(model, waited, retry))
-            self.rt.metrics.queue_wait.observe(waited, model, QUEUE_TIMEOUT)
-        self._arm()
 
 
 class Dispatcher:

@@ -46,9 +46,10 @@ from routing.core.remote import RemoteRouter
 from routing.core.router import LocalRouter
 from routing.core.tokenizer import Tokenizer, build_tokenizer
 from routing.core.topology import TopologySnapshot
-from routing.dispatch import Dispatcher, QueuePump, Waiter
+from routing.dispatch import Dispatcher
 from routing.peers import AvailabilityPoller, PeerDirectory
 from routing.prober import ReplicaProber
+from routing.queue_pump import QueuePump, Waiter
 from routing.telemetry import BalancerMetrics, QueueSnapshot
 from routing.topology import BalancerNotConfiguredError, load_snapshot_async
 from routing.upstream import UpstreamClient
