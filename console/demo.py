@@ -103,13 +103,18 @@ def plan_demo(host: str, balancer_base_port: int, replica_base_port: int) -> Dem
     return DemoTopology(host, tuple(balancers), tuple(replicas))
 
 
+# Meridian's own policy: prefix locality at both of SkyLB's layers.
+DEMO_POLICY = "skylb"
+
+
 @transaction.atomic
-def seed_demo(topology: DemoTopology) -> None:
+def seed_demo(topology: DemoTopology, *, policy: str = DEMO_POLICY) -> None:
     """Create or update the demo rows so they match ``topology``; idempotent.
 
     Replicas start in ``starting``: the readiness probe promotes them once they answer.
     """
-    ServiceConfig.objects.get_or_create(model_name=DEMO_MODEL)
+    # Set on creation only: an operator's later choice survives restarts of the demo.
+    ServiceConfig.objects.get_or_create(model_name=DEMO_MODEL, defaults={"policy": policy})
     regions = {spec.name: _seed_region(spec) for spec in DEMO_REGIONS}
     for (a, b), rtt in DEMO_RTTS_MS.items():
         for source, target in ((a, b), (b, a)):

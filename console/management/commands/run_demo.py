@@ -18,9 +18,10 @@ from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from console.demo import DemoTopology, plan_demo, seed_demo
+from console.demo import DEMO_MODEL, DEMO_POLICY, DemoTopology, plan_demo, seed_demo
 from console.embedded_redis import EmbeddedRedis, RedisUnavailableError, ensure_redis
 from console.env import env_bool, env_float, env_int, env_str
+from console.policy_config import PolicyConfigError, set_policy
 from console.stack.banner import banner
 from console.stack.credentials import ensure_credentials
 from console.stack.plan import (
@@ -51,6 +52,10 @@ class Command(BaseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--no-traffic", action="store_true", help="start no synthetic traffic")
         parser.add_argument("--startup-timeout", type=float, default=90.0)
+        parser.add_argument(
+            "--policy",
+            help=f"routing policy of the demo service (kept from the last run, else {DEMO_POLICY})",
+        )
 
     def handle(self, *args: object, **options: object) -> None:
         opts = self.stack_options(traffic=not options["no_traffic"])
@@ -68,7 +73,7 @@ class Command(BaseCommand):
         signal.signal(signal.SIGTERM, _raise_stop)
         signal.signal(signal.SIGINT, _raise_stop)
         try:
-            self.prepare_database(topology)
+            self.prepare_database(topology, options["policy"])
             creds = ensure_credentials(opts.var_dir)
             self.start_stack(supervisor, topology, opts, float(options["startup_timeout"]))
             for spec in traffic_specs(topology, opts, creds.api_key):
@@ -126,9 +131,14 @@ class Command(BaseCommand):
         self.stdout.write(f"Redis: {where} at {handle.url}")
         return handle
 
-    def prepare_database(self, topology: DemoTopology) -> None:
+    def prepare_database(self, topology: DemoTopology, policy: str | None) -> None:
         call_command("migrate", interactive=False, verbosity=0)
         seed_demo(topology)
+        if policy:
+            try:
+                set_policy(DEMO_MODEL, policy, {}, actor="run_demo")
+            except PolicyConfigError as exc:
+                raise CommandError(str(exc)) from exc
 
     def start_stack(
         self, supervisor: Supervisor, topology: DemoTopology, opts: StackOptions, timeout: float
