@@ -241,3 +241,11 @@ def _internal_token() -> str:
 
 
 MERIDIAN_INTERNAL_TOKEN = _internal_token()
+
+# --- KV events and anti-entropy (routing/kv_events.py, workers/cache_sync.py) -----------
+# How often a balancer applies the KV events it queued to its cache maps (002 §3.3's
+# ~100 ms batches), and the Celery beat period of the full cache-state sync (002 §4.4).
+MERIDIAN_KV_EVENTS_BATCH_S = env_float("MERIDIAN_KV_EVENTS_BATCH_S", 0.1, minimum=0.01)
+MERIDIAN_CACHE_SYNC_PERIOD_S = env_float("MERIDIAN_CACHE_SYNC_PERIOD_S", 5.0, minimum=0.5)
+# Redis-outage drill: the longest pause it may impose (CLIENT PAUSE is self-healing).
+MERIDIAN_DRILL_REDIS_MAX_S = env_float("MERIDIAN_DRILL_REDIS_MAX_S", 120.0, minimum=1.0)

@@ -169,6 +169,10 @@ class Dispatcher:
         handed_over = False
         try:
             if placement.peer is not None:
+                if self.rt.partition.blocks(placement.peer.spec.name):
+                    # drill_partition: the forward fails as a cut network would, before
+                    # a byte is sent, so the request retries elsewhere.
+                    raise UpstreamFailure(f"peer {placement.label} unreachable (partitioned)")
                 await self._demo_half_rtt(placement.peer)
                 url, body, headers = self._peer_request(call, placement.peer)
             else:

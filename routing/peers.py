@@ -15,13 +15,22 @@ and the console.  When Redis is down the balancer logs once per outage, counts
 the error and retries every interval; cross-region routing does not notice.
 Socket timeouts are bounded by the interval so a black-holed Redis cannot stall
 the loop.
+
+``PeerPartition`` is the partition drill's fault (``POST /internal/faults``): while
+it holds, polls of and forwards to the listed peers fail as if the network between
+the two regions were cut, so the remote layer ages their reports out exactly as it
+would for an unreachable peer.  It expires on its own at ``until`` (wall clock), so
+a drill that dies cannot leave a region cut off.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Sequence
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import httpx
 import redis.asyncio as aioredis
@@ -36,6 +45,29 @@ logger = logging.getLogger(__name__)
 AVAILABILITY_PATH = "/internal/availability"
 
 
+@dataclass
+class PeerPartition:
+    """Peers this balancer must treat as unreachable until ``until`` (epoch seconds)."""
+
+    peers: frozenset[str] = frozenset()
+    until: float = 0.0
+
+    def set(self, peers: Iterable[str], until: float) -> None:
+        self.peers, self.until = frozenset(peers), until
+
+    def active(self, now: float | None = None) -> frozenset[str]:
+        if self.peers and (time.time() if now is None else now) >= self.until:
+            self.peers, self.until = frozenset(), 0.0  # expired: heal on its own
+        return self.peers
+
+    def blocks(self, peer: str) -> bool:
+        return peer in self.active()
+
+    def view(self) -> dict[str, Any]:
+        peers = self.active()
+        return {"partition": sorted(peers), "until": self.until if peers else None}
+
+
 class AvailabilityPoller:
     """Polls every peer's availability report for the remote layer."""
 
@@ -47,8 +79,10 @@ class AvailabilityPoller:
         token: str,
         timeout_s: float,
         on_error: Callable[[str], None],
+        partition: PeerPartition | None = None,
     ) -> None:
         self.client = client
+        self.partition = partition or PeerPartition()
         self.remote = remote
         self.timeout_s = timeout_s
         self.on_error = on_error
@@ -63,6 +97,8 @@ class AvailabilityPoller:
     async def poll(self, link: PeerLink) -> None:
         name = link.spec.name
         try:
+            if self.partition.blocks(name):
+                raise httpx.ConnectError(f"partitioned from {name} (drill)")
             response = await self.client.get(
                 join_url(link.spec.url, AVAILABILITY_PATH),
                 headers=self._headers,

@@ -13,7 +13,9 @@ pump, the metrics, and the four background loops:
 * peer availability poll every ``MERIDIAN_AVAILABILITY_INTERVAL_S`` over HTTP
   (``routing.peers.AvailabilityPoller``): what cross-region routing uses;
 * Redis heartbeat every ``MERIDIAN_HEARTBEAT_INTERVAL_S`` (``routing.peers``):
-  for the control plane and the console.
+  for the control plane and the console;
+* KV events (``routing.kv_events``): subscriptions follow the topology refresh and
+  queued events reach the cache maps every ``MERIDIAN_KV_EVENTS_BATCH_S``.
 
 The two layers (``LocalRouter``, ``RemoteRouter``) call the pump's ``wake``
 whenever a target may have become available, so queued requests leave at once.
@@ -38,6 +40,7 @@ from django.conf import settings
 from django.db import DatabaseError
 
 from routing.core import errors
+from routing.core.kv_events import split_kv_event_params
 from routing.core.peers import Heartbeat
 from routing.core.pending_queue import RegionalQueues
 from routing.core.policy import Policy
@@ -47,7 +50,8 @@ from routing.core.router import LocalRouter
 from routing.core.tokenizer import Tokenizer, build_tokenizer
 from routing.core.topology import TopologySnapshot
 from routing.dispatch import Dispatcher
-from routing.peers import AvailabilityPoller, PeerDirectory
+from routing.kv_events import KVEventConsumer
+from routing.peers import AvailabilityPoller, PeerDirectory, PeerPartition
 from routing.prober import ReplicaProber
 from routing.queue_pump import QueuePump, Waiter
 from routing.telemetry import BalancerMetrics, QueueSnapshot
@@ -85,6 +89,7 @@ class BalancerConfig:
     availability_interval_s: float = 0.3
     availability_ttl_s: float = 2.0
     internal_token: str = ""
+    kv_events_batch_s: float = 0.1
 
     @classmethod
     def from_settings(cls) -> BalancerConfig:
@@ -113,13 +118,16 @@ class BalancerConfig:
             availability_interval_s=s.MERIDIAN_AVAILABILITY_INTERVAL_S,
             availability_ttl_s=s.MERIDIAN_AVAILABILITY_TTL_S,
             internal_token=s.MERIDIAN_INTERNAL_TOKEN,
+            kv_events_batch_s=s.MERIDIAN_KV_EVENTS_BATCH_S,
         )
 
 
 def _policy_or_default(name: str, params: Mapping[str, Any]) -> Policy:
     """A bad ServiceConfig must not take a model offline: log it loudly, route least-load."""
     try:
-        return build_policy(name, params)
+        # The KV-event endpoints are the consumer's business, not the policy's.
+        _, policy_params = split_kv_event_params(params)
+        return build_policy(name, policy_params)
     except (UnknownPolicyError, TypeError, ValueError) as exc:
         logger.error("policy %r with %r refused (%s); using least_load", name, params, exc)
         return build_policy("least_load")
@@ -165,6 +173,8 @@ class BalancerRuntime:
             connect_timeout_s=config.connect_timeout_s, read_timeout_s=config.read_timeout_s
         )
         self.dispatcher = Dispatcher(self)
+        self.partition = PeerPartition()  # drill_partition's fault, empty otherwise
+        self.kv = KVEventConsumer(self.client, self.router, timeout_s=config.probe_timeout_s)
         self.poller = AvailabilityPoller(
             self.client,
             self.remote,
@@ -172,6 +182,7 @@ class BalancerRuntime:
             # A poll must not outlive its own report's freshness.
             timeout_s=min(config.availability_ttl_s, max(0.2, config.availability_interval_s * 2)),
             on_error=self.metrics.availability_errors.inc,
+            partition=self.partition,
         )
         self.prober = ReplicaProber(
             self.client,
@@ -214,8 +225,12 @@ class BalancerRuntime:
             self._spawn("probe", self.config.probe_interval_s, self.prober.probe_all),
             self._spawn("availability", self.config.availability_interval_s, self.poller.poll_all),
             self._spawn("heartbeat", self.config.heartbeat_interval_s, self.exchange_heartbeats),
+            self._spawn("kv-subscribe", self.config.topology_refresh_s, self.kv.reconcile),
+            self._spawn("kv-events", self.config.kv_events_batch_s, self.kv.flush_all),
         ]
-        await asyncio.gather(self.poller.poll_all(), self.exchange_heartbeats())
+        await asyncio.gather(
+            self.poller.poll_all(), self.exchange_heartbeats(), self.kv.reconcile()
+        )
 
     def _spawn(
         self, name: str, period: float, step: Callable[[], Awaitable[None]]
@@ -313,6 +328,7 @@ class BalancerRuntime:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.kv.close()
         await self.prober.close()
         await self.client.aclose()
         await self.upstream.aclose()

@@ -18,4 +18,6 @@ urlpatterns: list[URLPattern] = [
     path("metrics", ops.metrics, name="balancer-metrics"),
     path("internal/state", internal.internal_state, name="balancer-internal-state"),
     path("internal/availability", internal.availability, name="balancer-internal-availability"),
+    path("internal/cache_sync", internal.cache_sync, name="balancer-internal-cache-sync"),
+    path("internal/faults", internal.faults, name="balancer-internal-faults"),
 ]

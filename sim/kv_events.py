@@ -8,17 +8,24 @@ token_ids, block_size, lora_id]``, ``["BlockRemoved", block_hashes]``,
 ``["AllBlocksCleared"]``).  One batch is sent per engine step.  A consumer
 detects lost batches by a gap in the sequence numbers; PUB drops when nobody
 reads, so an absent consumer never slows the engine.
+
+``describe`` is what the replica's ``GET /kv_events`` answers (discovery: where to
+subscribe), and ``cache_snapshot`` what ``GET /kv_cache/blocks`` answers (the
+authoritative state for anti-entropy, 002 §4.4): every cached block hash and the
+sequence number of the next message, so a consumer knows which of the messages
+it still holds are already reflected in the snapshot.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 import msgpack
 import zmq
 
-from sim.engine.events import KVEvent
+from sim.engine.events import KVEvent, KVEventBuffer
 
 
 class KVEventPublisher:
@@ -49,5 +56,25 @@ class KVEventPublisher:
         self._socket.send_multipart(frames, flags=zmq.NOBLOCK)
         self.sequence += 1
 
+    def describe(self) -> dict[str, str]:
+        return {"endpoint": self.endpoint, "topic": self.topic.decode()}
+
     def close(self) -> None:
         self._socket.close(linger=0)
+
+
+def cache_snapshot(
+    cached: Iterable[int], events: KVEventBuffer, publisher: KVEventPublisher | None
+) -> dict[str, Any]:
+    """The replica's cached blocks and the sequence they are consistent with.
+
+    Events already buffered for the next message are published first: after that,
+    every message below ``sequence`` is reflected in ``blocks`` and every later one
+    describes a change made after the snapshot (the driver mutates the cache and
+    buffers its events on the same event loop this runs on)."""
+    if publisher is not None:
+        publisher.publish(events.drain())
+    return {
+        "blocks": list(cached),
+        "sequence": publisher.sequence if publisher is not None else None,
+    }

@@ -6,7 +6,9 @@ then hands each request its new tokens; with no work it waits on an event, so
 an idle replica costs no CPU.  ``Replica`` is the HTTP face, speaking vLLM's
 OpenAI-compatible API (``/v1/chat/completions``, ``/v1/completions``,
 ``/v1/models``, ``/health``, ``/metrics``) plus two operator hooks:
-``/fault`` for failure drills and vLLM's ``/reset_prefix_cache``.
+``/fault`` for failure drills and vLLM's ``/reset_prefix_cache``; and, for the
+KV-event consumer, ``GET /kv_events`` (where it publishes, 404 without a
+publisher) and ``GET /kv_cache/blocks`` (its cached block hashes, for anti-entropy).
 
 Every generation is raced against the client's ``http.disconnect``: when the
 client goes away, during prefill or decode, streaming or not, the request is
@@ -29,7 +31,7 @@ from routing.core.tokenizer import Tokenizer
 from sim.engine import Engine, EngineRequest, RequestOutput
 from sim.engine import openai_protocol as api
 from sim.engine.prometheus import render_metrics
-from sim.kv_events import KVEventPublisher
+from sim.kv_events import KVEventPublisher, cache_snapshot
 
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
@@ -152,6 +154,8 @@ class Replica:
             ("GET", "/fault"): self._get_fault,
             ("POST", "/fault"): self._post_fault,
             ("POST", "/reset_prefix_cache"): self._reset_prefix_cache,
+            ("GET", "/kv_events"): self._kv_events,
+            ("GET", "/kv_cache/blocks"): self._kv_cache_blocks,
         }
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -195,6 +199,18 @@ class Replica:
         if self.driver.publisher is not None:
             self.driver.publisher.publish(self.engine.events.drain())
         await _send(send, 200, b"", "text/plain")
+
+    async def _kv_events(self, body: bytes, receive: Receive, send: Send) -> None:
+        publisher = self.driver.publisher
+        if publisher is None:
+            await _send_json(send, 404, {"detail": "this replica publishes no KV events"})
+            return
+        await _send_json(send, 200, publisher.describe())
+
+    async def _kv_cache_blocks(self, body: bytes, receive: Receive, send: Send) -> None:
+        engine = self.engine
+        snapshot = cache_snapshot(engine.pool.cached, engine.events, self.driver.publisher)
+        await _send_json(send, 200, {"replica": self.name, **snapshot})
 
     # -- faults ----------------------------------------------------------------
     async def _get_fault(self, body: bytes, receive: Receive, send: Send) -> None:

@@ -25,4 +25,7 @@ def beat_schedule() -> dict[str, dict[str, Any]]:
         ),
         "rollup-metrics": _every("workers.tasks.rollup_metrics", s.MERIDIAN_ROLLUP_PERIOD_S),
         "prune-rollups": _every("workers.tasks.prune_rollups", s.MERIDIAN_ROLLUP_PRUNE_PERIOD_S),
+        "sync-cache-state": _every(
+            "workers.cache_sync.sync_cache_state", s.MERIDIAN_CACHE_SYNC_PERIOD_S
+        ),
     }

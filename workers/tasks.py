@@ -16,6 +16,7 @@ from django.conf import settings
 
 from workers.balancer_probes import probe_balancers as probe_balancers_service
 from workers.balancers import sync_balancer_states
+from workers.cache_sync import sync_cache_state_task  # noqa: F401  (anti-entropy beat task)
 from workers.failover import reconcile_ownership
 from workers.probes import probe_replicas as probe_replicas_service
 from workers.rollups import prune_rollups as prune_rollups_service

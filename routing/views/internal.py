@@ -1,5 +1,5 @@
-"""Balancer-to-balancer and operator endpoints: ``/internal/availability`` and
-``/internal/state``.
+"""Balancer-to-balancer and operator endpoints: ``/internal/availability``,
+``/internal/state``, ``/internal/cache_sync`` and ``/internal/faults``.
 
 ``GET /internal/availability`` is what peers poll for cross-region routing
 (SkyLB §3.3, Algorithm 1 lines 9-15): this balancer's ``Heartbeat`` as JSON,
@@ -11,15 +11,29 @@ is compared in constant time.
 ``GET /internal/state`` is the full view for the console and the control plane
 (replicas, peers as the remote layer sees them, queues, Redis), unauthenticated
 on the internal network like ``/metrics``.
+
+``POST /internal/cache_sync`` (token) runs the anti-entropy sync now (002 §4.4;
+the Celery beat task ``sync_cache_state`` calls it): every owned replica of a
+``cache_map`` service replaces what the cache map believes of it.  It answers
+``{"replicas": {name: {"blocks": n, "error": null}}}``.
+
+``POST /internal/faults`` (token) sets drill faults on this balancer:
+``{"partition": ["peer-balancer", ...], "until": epoch_s}`` makes polls of and
+forwards to those peers fail as unreachable until ``until`` (an empty list clears
+it; ``drill_partition``), and ``{"drop_kv_events": n}`` throws away the next n
+KV-event messages without a sequence gap (a loss only anti-entropy heals; tests).
+It answers the faults now in force.
 """
 
 from __future__ import annotations
 
 import hmac
+import json
 import time
 from typing import Any
 
 from django.http import HttpRequest, HttpResponse, HttpResponseBase, JsonResponse
+from django.views.decorators.csrf import csrf_exempt
 
 from routing.core import errors
 from routing.core.errors import ApiError
@@ -30,15 +44,66 @@ from routing.telemetry import QUEUE_CANCELLED, QUEUE_PLACED, QUEUE_TIMEOUT, Queu
 
 async def availability(request: HttpRequest) -> HttpResponseBase:
     try:
-        if request.method != "GET":
-            raise errors.method_not_allowed(request.method or "?", "GET")
-        runtime = await get_runtime()
-        _check_token(request, runtime.config.internal_token)
+        runtime = await _authorized(request, "GET")
     except ApiError as error:
         return error_response(error)
     snapshot = runtime.snapshot
     assert snapshot is not None  # get_runtime returns only after the first topology load
     return HttpResponse(runtime.heartbeat(snapshot).to_json(), content_type="application/json")
+
+
+async def _authorized(request: HttpRequest, method: str) -> BalancerRuntime:
+    if request.method != method:
+        raise errors.method_not_allowed(request.method or "?", method)
+    runtime = await get_runtime()
+    _check_token(request, runtime.config.internal_token)
+    return runtime
+
+
+@csrf_exempt  # machine-to-machine, authenticated by the bearer token
+async def cache_sync(request: HttpRequest) -> HttpResponseBase:
+    try:
+        runtime = await _authorized(request, "POST")
+    except ApiError as error:
+        return error_response(error)
+    results = await runtime.kv.sync_all()
+    return JsonResponse({"replicas": {name: r.__dict__ for name, r in results.items()}})
+
+
+@csrf_exempt
+async def faults(request: HttpRequest) -> HttpResponseBase:
+    try:
+        runtime = await _authorized(request, "POST")
+        body = _fault_body(request.body)
+    except ApiError as error:
+        return error_response(error)
+    if "partition" in body:
+        runtime.partition.set(body["partition"], float(body.get("until") or 0.0))
+    runtime.kv.drop_next += int(body.get("drop_kv_events") or 0)
+    return JsonResponse(_faults_view(runtime))
+
+
+def _fault_body(raw: bytes) -> dict[str, Any]:
+    try:
+        body = json.loads(raw or b"{}")
+    except ValueError:
+        raise errors.invalid_json("not JSON") from None
+    if not isinstance(body, dict):
+        raise errors.invalid_json("not an object")
+    peers = body.get("partition", [])
+    if not isinstance(peers, list) or not all(isinstance(p, str) for p in peers):
+        raise errors.invalid_type("partition", "a list of balancer names", peers)
+    for key in ("until", "drop_kv_events"):
+        value = body.get(key, 0)
+        if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+            raise errors.invalid_value(key, f"'{key}' must be a non-negative number.")
+    if peers and body.get("until", 0) <= time.time():
+        raise errors.invalid_value("until", "'until' must be in the future to partition.")
+    return body
+
+
+def _faults_view(rt: BalancerRuntime) -> dict[str, Any]:
+    return {**rt.partition.view(), "drop_kv_events": rt.kv.drop_next}
 
 
 def _check_token(request: HttpRequest, token: str) -> None:
@@ -81,6 +146,8 @@ def balancer_state(rt: BalancerRuntime) -> dict[str, Any]:
             "heartbeats": sorted(rt.peers.heartbeats),
         },
         "dead_loops": dict(rt.dead_loops),
+        "faults": _faults_view(rt),
+        "kv_events": rt.kv.view(),
     }
 
 

@@ -1,0 +1,308 @@
+"""The balancer's KV-event consumer and anti-entropy sync (the push path, 002 §3-§4).
+
+Why in the balancer, not a worker writing to Redis: the cache map lives in this
+process's memory (``CacheMapPolicy.cache_map``, one per model) and is read on every
+routing decision; 002 §3.3 applies evictions in ~100 ms batches, and a hop through
+Redis plus a poll would add a round trip and a second copy to keep consistent for
+nothing.  Each balancer subscribes only to the replicas it owns (after a failover
+the adopting balancer subscribes at its next topology refresh), so the work scales
+with regions, and a balancer without Redis keeps its map current.
+
+* Discovery (every topology refresh, for the replicas of ``cache_map`` services):
+  ``policy_params["kv_events"]`` names a replica's ZMQ endpoint (real vLLM, which
+  cannot be asked), else ``GET <replica>/kv_events`` answers
+  ``{"endpoint": "tcp://…", "topic": ""}`` (the emulated replica; 404 = none).
+  A replica without an answer is asked again after ``discovery_retry_s``.
+* Consumption: one SUB socket per replica (pyzmq asyncio); each message is decoded
+  (``routing.core.kv_events``), checked against the replica's sequence, and queued;
+  ``flush`` (every ``MERIDIAN_KV_EVENTS_BATCH_S``) applies the queue in order.
+* Gaps: a skipped sequence number means lost events (PUB drops past its high-water
+  mark); the replica gets an immediate anti-entropy sync instead of waiting for the
+  next periodic one.
+* Anti-entropy (002 §4.4; ``POST /internal/cache_sync`` from the Celery beat task
+  ``sync_cache_state``, and gaps): ``GET <replica>/kv_cache/blocks`` returns the
+  replica's cached block hashes and the sequence of its next message; the map's
+  entries for that replica are replaced (``CacheMap.sync``) and queued messages
+  below that sequence are dropped, since the snapshot already reflects them.
+
+``drop_next`` is a test hook: the next N messages are accepted (their sequence
+numbers count) and their events thrown away, a loss no gap reveals, which only the
+periodic sync can heal.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import zmq
+import zmq.asyncio
+
+from routing.core.kv_events import (
+    EventBatch,
+    KVEventDecodeError,
+    SequenceTracker,
+    apply_events,
+    decode_message,
+    split_kv_event_params,
+)
+from routing.core.policies.cache_map import CacheMapPolicy
+from routing.core.router import LocalRouter
+from routing.upstream import join_url
+
+logger = logging.getLogger(__name__)
+
+DISCOVERY_PATH = "/kv_events"
+BLOCKS_PATH = "/kv_cache/blocks"
+
+
+@dataclass
+class ReplicaStream:
+    """One replica's subscription: its socket, sequence and not-yet-applied messages."""
+
+    replica: str
+    endpoint: str
+    socket: zmq.asyncio.Socket
+    tracker: SequenceTracker = field(default_factory=SequenceTracker)
+    pending: list[EventBatch] = field(default_factory=list)
+    reader: asyncio.Task[None] | None = None
+    received: int = 0
+    gaps: int = 0
+
+
+@dataclass
+class SyncResult:
+    blocks: int | None = None
+    error: str | None = None
+
+
+class KVEventConsumer:
+    def __init__(
+        self,
+        client: httpx.AsyncClient,
+        router: LocalRouter,
+        *,
+        timeout_s: float,
+        discovery_retry_s: float = 5.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.client = client
+        self.router = router
+        self.timeout_s = timeout_s
+        self.discovery_retry_s = discovery_retry_s
+        self.clock = clock
+        self.streams: dict[str, ReplicaStream] = {}
+        self.drop_next = 0
+        self.applied = 0
+        self.syncs = 0
+        self.last_sync: dict[str, SyncResult] = {}
+        self._context = zmq.asyncio.Context.instance()
+        self._asked: dict[str, float] = {}  # replica -> when discovery last found nothing
+        self._resyncs: dict[str, asyncio.Task[SyncResult]] = {}
+        self._syncing: set[str] = set()
+
+    # -- which replicas ------------------------------------------------------------------
+
+    def cache_map_policy(self, model: str) -> CacheMapPolicy | None:
+        # LocalRouter has no public accessor for a model's policy object yet.
+        entry = self.router._policies.get(model)
+        policy = entry[1] if entry else None
+        return policy if isinstance(policy, CacheMapPolicy) else None
+
+    def tracked(self) -> dict[str, tuple[str, str]]:
+        """Owned replicas of ``cache_map`` services: name -> (url, configured endpoint)."""
+        wanted: dict[str, tuple[str, str]] = {}
+        for target in self.router.targets():
+            spec = self.router.model_spec(target.model)
+            if spec is None or self.cache_map_policy(target.model) is None:
+                continue
+            try:
+                endpoints, _ = split_kv_event_params(spec.policy_params)
+            except ValueError:
+                endpoints = {}  # the policy builder already logged the bad config
+            wanted[target.target_id] = (target.url, endpoints.get(target.target_id, ""))
+        return wanted
+
+    async def reconcile(self) -> None:
+        """Subscribe to new owned replicas, unsubscribe from ones no longer owned."""
+        wanted = self.tracked()
+        for name in [n for n in self.streams if n not in wanted]:
+            self._unsubscribe(name)
+        now = self.clock()
+        due = [
+            (name, url, configured)
+            for name, (url, configured) in wanted.items()
+            if name not in self.streams
+            and now - self._asked.get(name, -1e9) >= self.discovery_retry_s
+        ]
+        found = await asyncio.gather(*(self._endpoint(url, c) for _, url, c in due))
+        for (name, _, _), endpoint in zip(due, found, strict=True):
+            if endpoint:
+                self._subscribe(name, endpoint)
+            else:
+                self._asked[name] = now
+
+    async def _endpoint(self, url: str, configured: str) -> str:
+        if configured:
+            return configured
+        try:
+            response = await self.client.get(join_url(url, DISCOVERY_PATH), timeout=self.timeout_s)
+            endpoint = response.json().get("endpoint") if response.status_code == 200 else None
+        except (httpx.HTTPError, ValueError, AttributeError):
+            return ""
+        return endpoint if isinstance(endpoint, str) else ""
+
+    def _subscribe(self, name: str, endpoint: str) -> None:
+        socket = self._context.socket(zmq.SUB)
+        socket.setsockopt(zmq.LINGER, 0)
+        socket.setsockopt(zmq.SUBSCRIBE, b"")
+        socket.connect(endpoint)
+        stream = ReplicaStream(name, endpoint, socket)
+        stream.reader = asyncio.get_running_loop().create_task(
+            self._read(stream), name=f"meridian-kv-{name}"
+        )
+        self.streams[name] = stream
+        self._asked.pop(name, None)
+        logger.info("KV events of %s: subscribed to %s", name, endpoint)
+
+    def _unsubscribe(self, name: str) -> None:
+        stream = self.streams.pop(name)
+        if stream.reader is not None:
+            stream.reader.cancel()
+        stream.socket.close(linger=0)
+
+    # -- consumption ---------------------------------------------------------------------
+
+    async def _read(self, stream: ReplicaStream) -> None:
+        while True:
+            frames = await stream.socket.recv_multipart()
+            try:
+                batch = decode_message(frames)
+            except KVEventDecodeError as exc:
+                logger.warning("KV events of %s: bad message skipped (%s)", stream.replica, exc)
+                continue
+            self.accept(stream, batch)
+
+    def accept(self, stream: ReplicaStream, batch: EventBatch) -> None:
+        """One decoded message: queue it, or resync the replica if messages were lost."""
+        fresh, gap = stream.tracker.observe(batch.sequence)
+        if not fresh:
+            return
+        stream.received += 1
+        if gap:
+            stream.gaps += 1
+            logger.warning("KV events of %s: sequence gap, resyncing", stream.replica)
+            self.resync_soon(stream.replica)
+        if self.drop_next > 0:
+            self.drop_next -= 1
+            return
+        stream.pending.append(batch)
+
+    def flush(self, replica: str | None = None) -> None:
+        """Apply every queued message (of one replica, or all) to its model's cache map."""
+        if replica is None:
+            streams = list(self.streams.values())
+        else:
+            streams = [s for s in (self.streams.get(replica),) if s is not None]
+        for stream in streams:
+            # A replica being synced keeps its queue: what arrives during the snapshot's
+            # fetch may be newer than the snapshot, and the sync would overwrite it.
+            if not stream.pending or stream.replica in self._syncing:
+                continue
+            target = self.router.target(stream.replica)
+            policy = self.cache_map_policy(target.model) if target is not None else None
+            batches, stream.pending = stream.pending, []
+            if policy is not None:
+                for batch in batches:
+                    self.applied += apply_events(policy.cache_map, stream.replica, batch.events)
+
+    async def flush_all(self) -> None:
+        """The batch loop's step (002 §3.3: apply events in ~100 ms batches)."""
+        self.flush()
+
+    # -- anti-entropy --------------------------------------------------------------------
+
+    def resync_soon(self, replica: str) -> None:
+        if replica not in self._resyncs:
+            task = asyncio.get_running_loop().create_task(self.sync_replica(replica))
+            self._resyncs[replica] = task
+            task.add_done_callback(lambda _t: self._resyncs.pop(replica, None))
+
+    async def sync_all(self) -> dict[str, SyncResult]:
+        """Replace what the map believes of every tracked replica by its snapshot."""
+        names = sorted(self.tracked())
+        results = await asyncio.gather(*(self.sync_replica(n) for n in names))
+        return dict(zip(names, results, strict=True))
+
+    async def sync_replica(self, replica: str) -> SyncResult:
+        target = self.router.target(replica)
+        policy = self.cache_map_policy(target.model) if target is not None else None
+        if target is None or policy is None:
+            return SyncResult(error="not a cache_map replica of this balancer")
+        self.flush(replica)  # what arrived before the snapshot is older than it
+        self._syncing.add(replica)
+        try:
+            snapshot = await self._snapshot(target.url)
+        except (httpx.HTTPError, ValueError, TypeError, KeyError) as exc:
+            result = SyncResult(error=str(exc) or type(exc).__name__)
+        else:
+            result = self._adopt(policy, replica, snapshot)
+        finally:
+            self._syncing.discard(replica)
+        self.last_sync[replica] = result
+        return result
+
+    async def _snapshot(self, url: str) -> tuple[list[int], int | None]:
+        response = await self.client.get(join_url(url, BLOCKS_PATH), timeout=self.timeout_s)
+        response.raise_for_status()
+        body: Any = response.json()
+        blocks, sequence = body["blocks"], body.get("sequence")
+        if not isinstance(blocks, list) or not all(isinstance(b, int) for b in blocks):
+            raise ValueError("blocks must be a list of ints")
+        return blocks, sequence if isinstance(sequence, int) else None
+
+    def _adopt(
+        self, policy: CacheMapPolicy, replica: str, snapshot: tuple[list[int], int | None]
+    ) -> SyncResult:
+        """No await in here: the map and the queue change together (the loop's one turn)."""
+        blocks, sequence = snapshot
+        policy.cache_map.sync(replica, blocks)
+        self.syncs += 1
+        stream = self.streams.get(replica)
+        if stream is not None and sequence is not None:
+            stream.tracker.resync_at(sequence)
+            stream.pending = [b for b in stream.pending if b.sequence >= sequence]
+        return SyncResult(blocks=len(blocks))
+
+    # -- views and shutdown --------------------------------------------------------------
+
+    def view(self) -> dict[str, Any]:
+        return {
+            "applied_events": self.applied,
+            "syncs": self.syncs,
+            "replicas": {
+                name: {
+                    "endpoint": s.endpoint,
+                    "received": s.received,
+                    "gaps": s.gaps,
+                    "pending": len(s.pending),
+                    "next_sequence": s.tracker.next_expected,
+                }
+                for name, s in sorted(self.streams.items())
+            },
+            "last_sync": {n: r.__dict__ for n, r in sorted(self.last_sync.items())},
+        }
+
+    async def close(self) -> None:
+        tasks = [t for s in self.streams.values() if (t := s.reader) is not None]
+        tasks += list(self._resyncs.values())
+        for name in list(self.streams):
+            self._unsubscribe(name)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
