@@ -1,0 +1,23 @@
+"""Scaling and placement: SkyServe's autoscaler and SpotHedge, plus the baselines.
+
+Pure modules (no Django, no cloud calls; the simulator and the live controller run
+the very same objects):
+
+- ``fleet``       ZoneOffer, FleetReplica, Fleet, MixTarget, the Launcher protocol
+- ``base``        PlacementPolicy (mix, next spot zone, preemption/ready callbacks)
+- ``spothedge``   Dynamic Placement (Algorithm 1) + N_extra + Dynamic Fallback (§3)
+- ``even_spread`` static even spread (ASG, MArk)
+- ``round_robin`` round robin across zones (Ray Serve, GKE)
+- ``static_mix``  fixed on-demand base + evenly spread spot (ASG with a base)
+- ``on_demand``   on-demand only, the cost reference
+- ``registry``    build_policy(name, zones, ...)
+- ``reconcile``   one step: terminate the excess, launch the deficit
+- ``autoscaler``  request-rate autoscaler, N_can = ceil(R / Q_tar) with delays (§4)
+- ``traces``      SkyPilot spot traces by path; Poisson spot model
+- ``prices``      per-zone spot prices from AWS price-history JSON
+- ``simulate``    virtual-time replay of a trace under a policy
+- ``costing``     per-second billing and the savings comparisons
+
+Glue (Django): ``controller`` runs autoscaler + placement against a provider
+(``workers.providers``) for every ServiceConfig with a scaling policy.
+"""
