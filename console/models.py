@@ -138,6 +138,15 @@ class Replica(models.Model):
     last_probe_at = models.DateTimeField(null=True, blank=True)
     consecutive_failures = models.PositiveIntegerField(default=0)
     created_at = models.DateTimeField(default=timezone.now)
+    # Billing: clouds bill from launch, cold start included (SkyServe §2.3), until the
+    # instance is gone.  Empty ``launched_at`` (operator-registered rows) bills from
+    # ``created_at``.
+    launched_at = models.DateTimeField(null=True, blank=True)
+    terminated_at = models.DateTimeField(null=True, blank=True)
+    provider = models.CharField(
+        max_length=32, blank=True, help_text="Who launched it (empty: registered by an operator)"
+    )
+    provider_handle = models.CharField(max_length=128, blank=True)
 
     class Meta:
         ordering = ["region__name", "name"]
@@ -170,6 +179,34 @@ class ServiceConfig(models.Model):
     downscale_delay_s = models.PositiveIntegerField(default=1200)
     queue_max_len = models.PositiveIntegerField(default=1024)
     queue_max_wait_s = models.FloatField(default=30.0)
+
+    class ScalingPolicy(models.TextChoices):
+        NONE = "none", "none: operator-registered replicas only"
+        SPOTHEDGE = "spothedge", "SpotHedge (placement, over-provisioning, fallback)"
+        EVEN_SPREAD = "even_spread", "even spread"
+        ROUND_ROBIN = "round_robin", "round robin across zones"
+        STATIC_MIX = "static_mix", "static spot/on-demand mix"
+        ON_DEMAND = "on_demand", "on-demand only"
+
+    scaling_policy = models.CharField(
+        max_length=16, choices=ScalingPolicy.choices, default=ScalingPolicy.NONE
+    )
+    # SkyServe §3.2's N_extra: spot replicas over N_tar as a preemption buffer.
+    spot_extra = models.PositiveIntegerField(default=1)
+    static_on_demand = models.PositiveIntegerField(
+        default=1, help_text="On-demand base of the static_mix policy"
+    )
+    qps_window_s = models.PositiveIntegerField(default=60)
+    reserved_hourly_price = models.DecimalField(
+        max_digits=10,
+        decimal_places=4,
+        default=0,
+        help_text="Per replica; prices the region-local vs global peak comparison",
+    )
+    # The autoscaler's N_tar and the policy's zone lists between beats (an operator can
+    # read why the fleet looks the way it does).
+    target_replicas = models.PositiveIntegerField(null=True, blank=True)
+    scaling_state = models.JSONField(default=dict, blank=True)
     updated_at = models.DateTimeField(auto_now=True)
 
     def __str__(self) -> str:
