@@ -19,9 +19,12 @@ from django.core.asgi import get_asgi_application
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
 django_asgi_app = get_asgi_application()
 
-from channels.routing import ProtocolTypeRouter  # noqa: E402  (needs Django set up first)
+from channels.auth import AuthMiddlewareStack  # noqa: E402  (needs Django set up first)
+from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
+from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 from django.conf import settings  # noqa: E402
 
+from console.routing import websocket_urlpatterns  # noqa: E402
 from routing.api_asgi import API_PREFIX, ApiASGIHandler, by_path_prefix  # noqa: E402
 from routing.body_limit import BodyLimitMiddleware  # noqa: E402
 from routing.lifespan import LifespanApp, start_when_daphne_runs  # noqa: E402
@@ -39,6 +42,10 @@ application = ProtocolTypeRouter(
             settings.MERIDIAN_MAX_BODY_BYTES,
         ),
         "lifespan": LifespanApp(),
+        # The console's live views: session auth, and only pages of an allowed host.
+        "websocket": AllowedHostsOriginValidator(
+            AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
+        ),
     }
 )
 start_when_daphne_runs()

@@ -249,3 +249,15 @@ MERIDIAN_KV_EVENTS_BATCH_S = env_float("MERIDIAN_KV_EVENTS_BATCH_S", 0.1, minimu
 MERIDIAN_CACHE_SYNC_PERIOD_S = env_float("MERIDIAN_CACHE_SYNC_PERIOD_S", 5.0, minimum=0.5)
 # Redis-outage drill: the longest pause it may impose (CLIENT PAUSE is self-healing).
 MERIDIAN_DRILL_REDIS_MAX_S = env_float("MERIDIAN_DRILL_REDIS_MAX_S", 120.0, minimum=1.0)
+
+# --- Operator console (console/views, console/live, workers/live.py) --------------------
+# Live snapshot period (Celery beat, seconds; the entry expires at 80 % of it) and the
+# timeout of each balancer's GET /internal/state within one tick.
+MERIDIAN_LIVE_PERIOD_S = env_float("MERIDIAN_LIVE_PERIOD_S", 1.0, minimum=0.2)
+MERIDIAN_LIVE_STATE_TIMEOUT_S = env_float("MERIDIAN_LIVE_STATE_TIMEOUT_S", 0.5, minimum=0.05)
+# plotly.js comes from the installed plotly package (no CDN): console.live.plotly_static.
+STATICFILES_FINDERS = [
+    "django.contrib.staticfiles.finders.FileSystemFinder",
+    "django.contrib.staticfiles.finders.AppDirectoriesFinder",
+    "console.live.plotly_static.PlotlyFinder",
+]

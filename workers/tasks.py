@@ -18,6 +18,7 @@ from workers.balancer_probes import probe_balancers as probe_balancers_service
 from workers.balancers import sync_balancer_states
 from workers.cache_sync import sync_cache_state_task  # noqa: F401  (anti-entropy beat task)
 from workers.failover import reconcile_ownership
+from workers.live import publish_live_snapshot  # noqa: F401  (console live snapshot task)
 from workers.probes import probe_replicas as probe_replicas_service
 from workers.rollups import prune_rollups as prune_rollups_service
 from workers.rollups import rollup_metrics as rollup_metrics_service

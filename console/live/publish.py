@@ -1,0 +1,74 @@
+"""Send live messages from sync code (Celery tasks, views, drill threads, signals).
+
+Publishing is best effort: the console is a view, so a Redis hiccup must never fail
+the thing being observed (a probe, a drill step, a policy change).  Such failures are
+logged, and the browser shows "stale" when messages stop.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import redis
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
+from django.db import transaction
+from django.db.models.signals import post_save
+
+from console.live.messages import (
+    DRILL_TYPE,
+    DRILLS_GROUP,
+    EVENT_TYPE,
+    EVENTS_GROUP,
+    DrillPayload,
+    EventPayload,
+    message,
+)
+from console.models import Event
+
+logger = logging.getLogger(__name__)
+
+
+def send(group: str, kind: str, payload: Any) -> bool:
+    """``group_send`` one message; False (and a warning) when the layer is unreachable."""
+    layer = get_channel_layer()
+    if layer is None:
+        return False
+    try:
+        async_to_sync(layer.group_send)(group, message(kind, payload))
+    except (OSError, redis.RedisError) as exc:
+        logger.warning("live message to %s not sent: %s", group, exc)
+        return False
+    return True
+
+
+def event_payload(event: Event) -> EventPayload:
+    return {
+        "id": event.pk,
+        "created_at": event.created_at.isoformat(),
+        "kind": event.kind,
+        "severity": event.severity,
+        "subject": event.subject,
+        "message": event.message,
+    }
+
+
+def publish_event(event: Event) -> bool:
+    return send(EVENTS_GROUP, EVENT_TYPE, event_payload(event))
+
+
+def publish_drill(payload: DrillPayload) -> bool:
+    return send(DRILLS_GROUP, DRILL_TYPE, payload)
+
+
+def _on_event_saved(sender: type[Event], instance: Event, created: bool, **kwargs: Any) -> None:
+    if created:
+        # After commit: a browser that reloads on the message must find the row, and an
+        # Event recorded in a transaction that rolls back never happened.
+        transaction.on_commit(lambda: publish_event(instance))
+
+
+def connect_event_publishing() -> None:
+    """Idempotent; called by every process that records Events (console, worker)."""
+    post_save.connect(_on_event_saved, sender=Event, dispatch_uid="console.live.events")
