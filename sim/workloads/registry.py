@@ -4,6 +4,9 @@
   options follow a colon as ``key=value`` pairs naming fields of the workload's
   config, e.g. ``tot:branching=4,depth=4`` or ``conversations:users=64,turns_max=8``.
 * ``mooncake:PATH``, ``azure:PATH``, ``sharegpt:PATH``: trace readers for a file.
+* ``servegen:PATH[@key=value,...]``: ServeGen per-client rate traces, a directory
+  of ``chunk-<id>-trace.csv`` files (or one of them); options after ``@`` name
+  fields of ``ServeGenConfig``, e.g. ``servegen:DIR@rate_scale=0.05,start_s=28800``.
 
 The seed comes from the caller (``--seed``), so one flag makes a whole run
 reproducible.
@@ -19,6 +22,7 @@ from typing import Any
 from sim.workloads.azure import AzureTrace
 from sim.workloads.mooncake import MooncakeTrace
 from sim.workloads.program import Workload
+from sim.workloads.servegen import ServeGenConfig, ServeGenTrace
 from sim.workloads.sharegpt import ShareGptConversations
 from sim.workloads.synthetic import (
     Conversations,
@@ -42,7 +46,7 @@ TRACES: dict[str, Callable[[Path, int], Workload]] = {
     "sharegpt": lambda path, seed: ShareGptConversations(path),
 }
 
-WORKLOAD_NAMES = (*SYNTHETIC, *(f"{name}:PATH" for name in TRACES))
+WORKLOAD_NAMES = (*SYNTHETIC, *(f"{name}:PATH" for name in TRACES), "servegen:PATH")
 
 
 class WorkloadSpecError(ValueError):
@@ -55,6 +59,8 @@ def parse_workload(spec: str, *, seed: int = 0) -> Workload:
     if name in SYNTHETIC:
         config_class, workload_class = SYNTHETIC[name]
         return workload_class(_config(config_class, name, rest, seed))
+    if name == "servegen":
+        return _servegen(rest, seed)
     if name in TRACES:
         if not rest:
             raise WorkloadSpecError(f"{name} reads a trace file: use {name}:PATH")
@@ -65,6 +71,17 @@ def parse_workload(spec: str, *, seed: int = 0) -> Workload:
     raise WorkloadSpecError(
         f"unknown workload {spec!r}; choose one of: {', '.join(WORKLOAD_NAMES)}"
     )
+
+
+def _servegen(rest: str, seed: int) -> Workload:
+    """``PATH[@options]``: a directory of per-client CSVs (or one CSV) and its options."""
+    path_text, _, options = rest.partition("@")
+    if not path_text:
+        raise WorkloadSpecError("servegen reads a directory of chunk CSVs: use servegen:PATH")
+    path = Path(path_text).expanduser()
+    if not path.exists():
+        raise WorkloadSpecError(f"servegen trace not found: {path}")
+    return ServeGenTrace(path, _config(ServeGenConfig, "servegen", options, seed))
 
 
 def _config(config_class: type[Any], name: str, options: str, seed: int) -> Any:

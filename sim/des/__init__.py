@@ -1,0 +1,27 @@
+"""The discrete-event simulator: Meridian's own routing code in virtual time.
+
+It runs *the same objects* as a balancer process (``routing.core``: the
+``LocalRouter``/``RemoteRouter`` layers, Algorithm 1's ``place``, the regional
+``PendingQueue``, SP-P/SP-O/blind availability, every registry policy) and as
+an emulated replica (``sim.engine.Engine``), replacing only I/O and clocks:
+
+* ``loop``: the event heap (virtual time, deterministic tie order);
+* ``config``: ``SimConfig`` (regions, replicas, clients, policy, production's
+  timing defaults, RTTs) and the command-line parsers;
+* ``calls``: one request's hops (client → balancer → peer → replica) and results;
+* ``replica``: ``SimReplica``, the engine stepped in virtual time;
+* ``balancer``: ``SimBalancer``, the dispatch / queue-pump / prober / peer-poll
+  glue in virtual time around the production routers;
+* ``clients``: programs of dependent steps, closed- or open-loop, per region;
+* ``workloads``: which programs each region runs (mixing with ``+``, ServeGen
+  time shifts, traces dealt across regions);
+* ``world``: builds a deployment (regional, region-local or single balancer)
+  and runs it: ``simulate(config)``;
+* ``metrics``: ``summarize(run)``: throughput, TTFT/e2e percentiles, KV hit
+  rate, outstanding variance, share forwarded, queue waits;
+* ``report``: the console table, the self-contained plotly HTML report, and
+  ``list_reports()`` over ``VAR_DIR/simulations/``;
+* ``experiments``: SkyLB §5's Figures 8, 9 and 10 as ready-made sweeps.
+"""
+
+from __future__ import annotations

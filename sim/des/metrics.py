@@ -1,0 +1,119 @@
+"""What a run measured, in SkyLB §5's terms.
+
+* throughput: successful requests per virtual second, from the first send to
+  the last answer (the paper's "service throughput"), plus output tokens/s;
+* TTFT and end-to-end latency p50/p90/p99 as the client saw them (including
+  the RTT to its balancer and any forward);
+* KV hit rate: cached prompt tokens over prompt tokens, from the replicas'
+  ``usage.prompt_tokens_details.cached_tokens`` (vLLM's definition);
+* outstanding variance: the variance across replicas of requests held by each
+  engine, averaged over samples while clients were sending (§5.1 uses it to
+  show load imbalance);
+* share forwarded: requests served through a peer balancer;
+* queue waits: time spent in balancers' regional queues (SP-P holds requests
+  there instead of on replicas, §3.3).
+
+Every issued request is accounted for: ``ok + failed + unfinished == issued``.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from sim.des.world import SimRun
+
+
+def percentile(values: Sequence[float], fraction: float) -> float | None:
+    """Nearest-rank percentile of ``values`` (sorted here); None when empty."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[max(1, math.ceil(fraction * len(ordered))) - 1]
+
+
+@dataclass(frozen=True)
+class Summary:
+    label: str
+    issued: int
+    ok: int
+    failed: int
+    unfinished: int
+    errors: dict[str, int]
+    makespan_s: float
+    throughput_rps: float
+    output_tps: float
+    ttft: dict[str, float | None]
+    e2e: dict[str, float | None]
+    hit_rate: float
+    outstanding_variance: float
+    forwarded_share: float
+    queue_wait: dict[str, float | None]
+    per_region: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _pcts(values: list[float]) -> dict[str, float | None]:
+    return {f"p{q}": percentile(values, q / 100) for q in (50, 90, 99)}
+
+
+def summarize(run: SimRun, label: str = "") -> Summary:
+    records = run.records
+    ok = [r for r in records if r.ok]
+    unfinished = [r for r in records if r.done_at is None]
+    failed = len(records) - len(ok) - len(unfinished)
+    start = min((r.sent_at for r in records), default=0.0)
+    makespan = max(run.end_s - start, 1e-9)
+    prompt = sum(r.prompt_tokens for r in ok)
+    waits = [r.journey.queue_wait for r in records if r.done_at is not None]
+    return Summary(
+        label=label or run.config.policy,
+        issued=len(records),
+        ok=len(ok),
+        failed=failed,
+        unfinished=len(unfinished),
+        errors=dict(Counter(str(r.status) for r in records if r.done_at is not None and not r.ok)),
+        makespan_s=makespan,
+        throughput_rps=len(ok) / makespan,
+        output_tps=sum(r.completion_tokens for r in ok) / makespan,
+        ttft=_pcts([r.ttft for r in ok if r.ttft is not None]),
+        e2e=_pcts([r.e2e for r in ok if r.e2e is not None]),
+        hit_rate=sum(r.cached_tokens for r in ok) / prompt if prompt else 0.0,
+        outstanding_variance=_variance(run),
+        forwarded_share=sum(r.journey.forwarded for r in ok) / len(ok) if ok else 0.0,
+        queue_wait={**_pcts(waits), "mean": statistics.fmean(waits) if waits else None},
+        per_region=_per_region(run),
+    )
+
+
+def _variance(run: SimRun) -> float:
+    """Mean over samples of the across-replica variance of outstanding requests."""
+    last_send = max((r.sent_at for r in run.records), default=0.0)
+    values = [
+        statistics.pvariance(counts)
+        for at, counts in run.samples
+        if at <= last_send and len(counts) > 1
+    ]
+    return statistics.fmean(values) if values else 0.0
+
+
+def _per_region(run: SimRun) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    for region in run.config.regions:
+        mine = [r for r in run.records if r.region == region and r.ok]
+        if not mine:
+            continue
+        prompt = sum(r.prompt_tokens for r in mine)
+        out[region] = {
+            "ok": len(mine),
+            "ttft_p50": percentile([r.ttft for r in mine if r.ttft is not None], 0.5),
+            "hit_rate": sum(r.cached_tokens for r in mine) / prompt if prompt else 0.0,
+            "forwarded_share": sum(r.journey.forwarded for r in mine) / len(mine),
+        }
+    return out

@@ -1,0 +1,193 @@
+"""Build a simulated deployment from a ``SimConfig`` and run it to the end.
+
+``simulate(config)`` wires regions, replicas (``SimReplica`` around the real
+``Engine``), balancers (``SimBalancer`` around the real routers) and clients,
+gives every balancer its topology the way ``routing.topology`` would (its own
+replicas; every other balancer as a peer with the region RTT), runs the event
+loop until the clients' budget is spent and everything in flight has finished
+(or ``drain_s`` more virtual seconds passed), and returns the raw records for
+``sim.des.metrics``.  Everything is seeded: the same config gives the same
+result, event for event.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+import tracemalloc
+from dataclasses import dataclass, field
+
+from routing.core.availability import PushingConfig, PushingMode
+from routing.core.tokenizer import build_tokenizer
+from routing.core.topology import ModelSpec, PeerSpec, ReplicaSpec
+from sim.des.balancer import SimBalancer
+from sim.des.clients import Budget, ClientContext, RegionClients, RequestRecord
+from sim.des.config import MODEL, SimConfig
+from sim.des.loop import EventLoop
+from sim.des.replica import SimReplica
+from sim.des.workloads import region_arrivals
+from sim.engine import Engine, Vocabulary
+
+
+@dataclass
+class RunStats:
+    """How the simulation itself ran (for ``bench sim``)."""
+
+    wall_s: float = 0.0
+    events: int = 0
+    engine_steps: int = 0
+    probes: int = 0
+    peak_bytes: int | None = None
+
+
+@dataclass
+class SimRun:
+    """Everything a run produced; ``sim.des.metrics.summarize`` reads it."""
+
+    config: SimConfig
+    records: list[RequestRecord]
+    end_s: float
+    # (time, outstanding per replica) every ``sample_interval_s``.
+    samples: list[tuple[float, tuple[int, ...]]] = field(default_factory=list)
+    replica_names: tuple[str, ...] = ()
+    stats: RunStats = field(default_factory=RunStats)
+
+
+class World:
+    """The simulated deployment: the ``Network`` the balancers look things up in."""
+
+    def __init__(self, config: SimConfig) -> None:
+        self.config = config
+        self.loop = EventLoop()
+        self.tokenizer = build_tokenizer(None)
+        self.vocab = Vocabulary(self.tokenizer)
+        self.replicas: dict[str, SimReplica] = {}
+        self.balancers: dict[str, SimBalancer] = {}
+        self.entry: dict[str, SimBalancer] = {}
+        self._build_replicas()
+        self._build_balancers()
+
+    # Network
+    def one_way_s(self, a: str, b: str) -> float:
+        return self.config.one_way_s(a, b)
+
+    def replica(self, name: str) -> SimReplica:
+        return self.replicas[name]
+
+    def balancer(self, name: str) -> SimBalancer:
+        return self.balancers[name]
+
+    def _build_replicas(self) -> None:
+        cfg = self.config
+        for region, count in cfg.replicas.items():
+            for index in range(1, count + 1):
+                name = f"{region}-r{index}"
+                engine = Engine(cfg.engine, self.vocab)
+                self.replicas[name] = SimReplica(
+                    name, region, engine, self.loop, time_scale=cfg.time_scale
+                )
+
+    def model_spec(self) -> ModelSpec:
+        cfg = self.config
+        return ModelSpec(
+            name=MODEL,
+            policy=cfg.policy,
+            policy_params=dict(cfg.policy_params),
+            pushing=PushingConfig(PushingMode(cfg.effective_pushing)),
+            queue_max_len=cfg.timing.queue_max_len,
+            queue_max_wait_s=cfg.timing.queue_max_wait_s,
+        )
+
+    def _build_balancers(self) -> None:
+        cfg = self.config
+        deployment = cfg.effective_deployment
+        homes = [cfg.home_region] if deployment == "single" else cfg.regions
+        for region in homes:
+            self.balancers[f"{region}-lb"] = SimBalancer(f"{region}-lb", region, self, cfg.timing)
+        models = {MODEL: self.model_spec()}
+        for lb in self.balancers.values():
+            owned = [
+                ReplicaSpec(r.name, f"sim://{r.name}", MODEL, r.region, f"{r.region}-1", "reserved")
+                for r in self.replicas.values()
+                if deployment == "single" or r.region == lb.region
+            ]
+            peers = [
+                PeerSpec(
+                    other.name,
+                    f"sim://{other.name}",
+                    other.region,
+                    cfg.rtt_ms_between(lb.region, other.region),
+                )
+                for other in self.balancers.values()
+                if other is not lb and deployment == "regional"
+            ]
+            lb.adopt(owned, peers, models)
+        for region in cfg.regions:
+            self.entry[region] = (
+                self.balancers.get(f"{region}-lb") or self.balancers[f"{homes[0]}-lb"]
+            )
+
+    def _sample(self, samples: list[tuple[float, tuple[int, ...]]]) -> None:
+        samples.append((self.loop.now, tuple(r.outstanding for r in self.replicas.values())))
+        self.loop.call_later(self.config.sample_interval_s, self._sample, samples)
+
+    def run(self, *, trace_memory: bool = False) -> SimRun:
+        cfg = self.config
+        if trace_memory:
+            tracemalloc.start()
+        started = time.perf_counter()
+        budget = Budget(cfg.duration_s, cfg.max_requests)
+        records: list[RequestRecord] = []
+        ctx = ClientContext(
+            self.loop, self.tokenizer, self.vocab, cfg.engine.hash_seed, budget, records
+        )
+        for lb in self.balancers.values():
+            lb.start()
+        regions = []
+        for index, region in enumerate(cfg.regions):
+            entry = self.entry[region]
+            one_way = cfg.one_way_s(region, entry.region)
+            clients = RegionClients(region, ctx, entry.submit, one_way)
+            region_arrivals(cfg, index).start(clients)
+            regions.append(clients)
+        samples: list[tuple[float, tuple[int, ...]]] = []
+        self.loop.call_soon(self._sample, samples)
+        end = self._run_until_done(budget, regions, records)
+        stats = RunStats(
+            wall_s=time.perf_counter() - started,
+            events=self.loop.events_run,
+            engine_steps=sum(r.steps for r in self.replicas.values()),
+            probes=sum(lb.probes for lb in self.balancers.values()),
+        )
+        if trace_memory:
+            stats.peak_bytes = tracemalloc.get_traced_memory()[1]
+            tracemalloc.stop()
+        names = tuple(self.replicas)
+        return SimRun(cfg, records, end, samples, names, stats)
+
+    def _run_until_done(
+        self, budget: Budget, regions: list[RegionClients], records: list[RequestRecord]
+    ) -> float:
+        """Run in slices until every client is idle, or ``drain_s`` after the budget."""
+        cfg = self.config
+        slice_s = 1.0
+        deadline: float | None = None
+        while True:
+            self.loop.run(until=self.loop.now + slice_s)
+            if all(c.idle() for c in regions):
+                break
+            if budget.spent(self.loop.now) and deadline is None:
+                deadline = self.loop.now + cfg.drain_s
+            if deadline is not None and self.loop.now >= deadline:
+                break
+        finished = [r.done_at for r in records if r.done_at is not None]
+        return max(finished, default=self.loop.now)
+
+
+def simulate(config: SimConfig, *, trace_memory: bool = False) -> SimRun:
+    """Run one simulation; deterministic for ``config`` (its ``seed`` included)."""
+    return World(config).run(trace_memory=trace_memory)
+
+
+def with_policy(config: SimConfig, policy: str) -> SimConfig:
+    return dataclasses.replace(config, policy=policy)
