@@ -38,10 +38,14 @@ def test_tagged_arrays_and_maps_decode_to_the_same_events() -> None:
         {"type": "AllBlocksCleared"},
     ]
     a, b = decode_message(frames(7, tagged)), decode_message(frames(7, mapped))
-    assert a.events == b.events == (
-        CacheEvent(STORED, (1, 2)),
-        CacheEvent(REMOVED, (1,)),
-        CacheEvent(CLEARED),
+    assert (
+        a.events
+        == b.events
+        == (
+            CacheEvent(STORED, (1, 2)),
+            CacheEvent(REMOVED, (1,)),
+            CacheEvent(CLEARED),
+        )
     )
     assert a.sequence == 7 and a.timestamp == 1700000000.5
 

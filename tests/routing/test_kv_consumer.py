@@ -1,0 +1,105 @@
+"""The KV-event consumer's bookkeeping, in process: batches, gaps, anti-entropy.
+
+A real ``BalancerRuntime`` serving a ``cache_map`` model; messages are handed to
+``KVEventConsumer.accept`` as the socket reader would, and the replicas'
+``GET /kv_cache/blocks`` is played by an in-memory transport.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import httpx
+import pytest
+
+from routing.core.kv_events import REMOVED, STORED, CacheEvent, EventBatch
+from routing.core.policies.cache_map import CacheMapPolicy
+from routing.core.topology import ModelSpec
+from routing.kv_events import ReplicaStream
+from tests.routing.conftest import MODEL, Upstreams
+
+pytestmark = pytest.mark.anyio
+
+
+class Snapshots(Upstreams):
+    """Replicas whose ``/kv_cache/blocks`` answers what the test set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.blocks: dict[str, tuple[list[int], int]] = {}
+        self.fetched: list[str] = []
+
+    async def __call__(self, request: httpx.Request) -> httpx.Response:
+        if request.url.path != "/kv_cache/blocks":
+            return await super().__call__(request)
+        host = request.url.host
+        self.fetched.append(host)
+        blocks, sequence = self.blocks.get(host, ([], 0))
+        return httpx.Response(200, json={"blocks": blocks, "sequence": sequence})
+
+
+async def runtime(build_runtime: Any, snapshots: Snapshots) -> Any:
+    rt = await build_runtime(snapshots, model=ModelSpec(MODEL, policy="cache_map"))
+    rt.kv.client = rt.client  # the fixture swaps the shared client for the fake replicas
+    rt.kv.streams["a"] = ReplicaStream("a", "tcp://127.0.0.1:1", socket=_NoSocket())
+    return rt
+
+
+class _NoSocket:
+    def close(self, linger: int = 0) -> None:
+        pass
+
+
+def batch(seq: int, *events: CacheEvent) -> EventBatch:
+    return EventBatch(seq, 0.0, events)
+
+
+def cache_map(rt: Any) -> Any:
+    policy = rt.kv.cache_map_policy(MODEL)
+    assert isinstance(policy, CacheMapPolicy)
+    return policy.cache_map
+
+
+async def test_events_wait_for_the_batch_then_apply_in_order(build_runtime: Any) -> None:
+    rt = await runtime(build_runtime, Snapshots())
+    stream = rt.kv.streams["a"]
+    rt.kv.accept(stream, batch(0, CacheEvent(STORED, (1, 2, 3))))
+    rt.kv.accept(stream, batch(1, CacheEvent(REMOVED, (2,))))
+    assert cache_map(rt).blocks_of("a") == []  # not before the batch interval's flush
+    rt.kv.flush()
+    assert cache_map(rt).blocks_of("a") == [1, 3]
+    assert rt.kv.view()["replicas"]["a"]["next_sequence"] == 2
+
+
+async def test_a_sequence_gap_resyncs_that_replica_at_once(build_runtime: Any) -> None:
+    snapshots = Snapshots()
+    rt = await runtime(build_runtime, snapshots)
+    stream = rt.kv.streams["a"]
+    rt.kv.accept(stream, batch(0, CacheEvent(STORED, (1,))))
+    snapshots.blocks["a"] = ([1, 7, 8], 5)  # what the replica holds after messages 0..4
+    rt.kv.accept(stream, batch(3, CacheEvent(STORED, (7,))))  # 1 and 2 were lost
+    await asyncio.wait_for(rt.kv._resyncs["a"], timeout=5)
+    assert snapshots.fetched == ["a"] and stream.gaps == 1
+    # Message 3 was queued before the snapshot (sequence 5) covered it: dropped, not replayed.
+    assert stream.pending == []
+    assert sorted(cache_map(rt).blocks_of("a")) == [1, 7, 8]
+    rt.kv.accept(stream, batch(4, CacheEvent(REMOVED, (7,))))  # stale: in the snapshot
+    rt.kv.accept(stream, batch(5, CacheEvent(REMOVED, (8,))))
+    rt.kv.flush()
+    assert sorted(cache_map(rt).blocks_of("a")) == [1, 7]
+
+
+async def test_a_silently_lost_event_is_healed_by_the_next_sync(build_runtime: Any) -> None:
+    snapshots = Snapshots()
+    rt = await runtime(build_runtime, snapshots)
+    stream = rt.kv.streams["a"]
+    rt.kv.drop_next = 1
+    rt.kv.accept(stream, batch(0, CacheEvent(STORED, (4, 5))))  # thrown away, no gap
+    rt.kv.flush()
+    assert cache_map(rt).holders(4) == set() and stream.gaps == 0
+    snapshots.blocks["a"] = ([4, 5], 1)
+    snapshots.blocks["b"] = ([9], 0)
+    results = await rt.kv.sync_all()
+    assert {n: r.blocks for n, r in results.items()} == {"a": 2, "b": 1}
+    assert cache_map(rt).holders(4) == {"a"} and cache_map(rt).holders(9) == {"b"}
