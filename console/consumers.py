@@ -3,7 +3,8 @@
 It joins the live snapshot, events and drills groups in ``connect`` (after checking
 the session's user is active staff; anyone else is closed with 4403 before the
 handshake is accepted) and forwards each group message to the browser as
-``{"kind": ..., ...payload}`` (an Event under ``"event"``: it has a kind of its own).  One handler per message type, named after it.
+``{"kind": ..., ...payload}`` (an Event under ``"event"``: it has a kind of its
+own).  One handler per message type, named after it.
 """
 
 from __future__ import annotations

@@ -1,0 +1,159 @@
+"""Console pages through Django's test client: staff only, every page renders the
+topology, and the POST actions change what an operator expects (with Events)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from django.contrib.auth.models import User
+from django.test import Client
+
+from console.demo import plan_demo, seed_demo
+from console.models import Event, Region, RegionLatency, Replica, ServiceConfig
+from tests.support.processes import free_port
+
+PAGES = [
+    "/",
+    "/console/charts",
+    "/console/cost",
+    "/console/replicas",
+    "/console/regions",
+    "/console/events",
+    "/console/drills",
+    "/console/service",
+]
+
+
+@pytest.fixture
+def staff(client: Client) -> Client:
+    seed_demo(plan_demo("127.0.0.1", 8100, 9100))
+    Replica.objects.filter(name__in=["us-east-r1", "us-east-r2"]).update(state="ready")
+    User.objects.create_superuser("ops", "", "pw-for-tests")
+    client.login(username="ops", password="pw-for-tests")
+    return client
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("path", PAGES)
+def test_pages_send_anonymous_users_to_login(client: Client, path: str) -> None:
+    response = client.get(path)
+    assert response.status_code == 302
+    assert response["Location"].startswith("/admin/login/")
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("path", PAGES)
+def test_every_page_shows_the_three_regions_or_their_replicas(staff: Client, path: str) -> None:
+    html = staff.get(path).content.decode()
+    assert 'id="live-status"' in html
+    if path in {"/", "/console/replicas", "/console/regions", "/console/cost"}:
+        for region in ("us-east", "eu-west", "ap-southeast"):
+            assert region in html
+
+
+@pytest.mark.django_db
+def test_drills_page_offers_a_button_per_drill_command(staff: Client) -> None:
+    html = staff.get("/console/drills").content.decode()
+    for command in ("drill_preempt", "drill_kill_balancer", "drill_slow_replica"):
+        assert f'data-drill="{command}"' in html
+    assert 'value="--replica=us-east-r1"' in html  # a ready replica is a target
+
+
+@pytest.mark.django_db
+def test_drain_undrain_remove_change_state_and_record_events(staff: Client) -> None:
+    for action, state in (("drain", "draining"), ("undrain", "ready"), ("remove", "terminated")):
+        response = staff.post(f"/console/replicas/us-east-r1/{action}")
+        assert response.status_code == 302
+        assert Replica.objects.get(name="us-east-r1").state == state
+    kinds = list(Event.objects.filter(subject="us-east-r1").values_list("kind", flat=True))
+    assert {"replica_draining", "replica_undrained", "replica_removed"} <= set(kinds)
+
+
+@pytest.mark.django_db
+def test_actions_need_the_csrf_token(staff: Client) -> None:
+    strict = Client(enforce_csrf_checks=True)
+    strict.cookies = staff.cookies
+    assert strict.post("/console/replicas/us-east-r1/drain").status_code == 403
+    assert Replica.objects.get(name="us-east-r1").state == "ready"
+
+
+@pytest.mark.django_db
+def test_adding_a_replica_that_does_not_answer_is_refused(staff: Client) -> None:
+    region = Region.objects.get(name="eu-west")
+    response = staff.post(
+        "/console/replicas",
+        {
+            "name": "eu-west-extra",
+            "url": f"http://127.0.0.1:{free_port()}",
+            "model_name": ServiceConfig.objects.get().model_name,
+            "region": region.pk,
+            "zone": region.zones.first().pk,
+            "kind": "spot",
+            "hourly_price": "1.5",
+        },
+    )
+    assert response.status_code == 200
+    assert "probe failed" in response.content.decode()
+    assert not Replica.objects.filter(name="eu-west-extra").exists()
+
+
+@pytest.mark.django_db
+def test_policy_switch_records_an_event_and_bad_params_are_refused(staff: Client) -> None:
+    config = ServiceConfig.objects.get()
+    url = f"/console/service/{config.pk}/policy"
+    bad = staff.post(url, {"model": config.model_name, "policy": "round_robin", "params": "[1]"})
+    assert bad.status_code == 400
+    ok = staff.post(url, {"model": config.model_name, "policy": "round_robin", "params": "{}"})
+    assert ok.status_code == 302
+    assert ServiceConfig.objects.get().policy == "round_robin"
+    assert Event.objects.filter(kind="policy_changed", subject=config.model_name).exists()
+
+
+@pytest.mark.django_db
+def test_autoscaling_change_is_an_event_and_min_above_max_is_refused(staff: Client) -> None:
+    config = ServiceConfig.objects.get()
+    url = f"/console/service/{config.pk}/autoscaling"
+    fields = {
+        "min_replicas": 2,
+        "max_replicas": 5,
+        "target_qps_per_replica": 3.0,
+        "upscale_delay_s": 60,
+        "downscale_delay_s": 600,
+        "queue_max_len": 100,
+        "queue_max_wait_s": 10,
+        "readiness_probe": "health",
+    }
+    assert staff.post(url, {**fields, "min_replicas": 9}).status_code == 400
+    assert staff.post(url, fields).status_code == 302
+    assert ServiceConfig.objects.get().max_replicas == 5
+    assert Event.objects.filter(kind="service_settings_changed").exists()
+
+
+@pytest.mark.django_db
+def test_regions_page_creates_regions_and_sets_rtts(staff: Client) -> None:
+    staff.post("/console/regions/new/region", {"name": "sa-east", "display_name": "São Paulo"})
+    assert Region.objects.filter(name="sa-east").exists()
+    staff.post(
+        "/console/regions/new/latency", {"source": "sa-east", "target": "us-east", "rtt_ms": 120}
+    )
+    assert RegionLatency.objects.get(source__name="sa-east").rtt_ms == 120
+    staff.post("/console/regions/region/sa-east", {"name": "sa-east", "display_name": "SP"})
+    assert Region.objects.get(name="sa-east").display_name == "SP"
+
+
+@pytest.mark.django_db
+def test_history_carries_rollups_and_policy_changes(staff: Client) -> None:
+    Event.record("policy_changed", "m: a -> b", subject="m")
+    data = json.loads(staff.get("/console/charts/history?minutes=15").content)
+    assert [c["message"] for c in data["policy_changes"]] == ["m: a -> b"]
+
+
+@pytest.mark.django_db
+def test_plotly_is_served_from_our_own_static_files() -> None:
+    from django.contrib.staticfiles import finders
+
+    found = finders.find("console/vendor/plotly.min.js")
+    assert found is not None
+    with open(found, "rb") as handle:
+        assert b"plotly" in handle.read(4096).lower()
