@@ -1,0 +1,131 @@
+"""From ``manage.py simulate`` options to the list of runs, and running them.
+
+``--policies`` times ``--pushing`` (each a comma list) gives one run per pair with
+everything else shared, so a table compares like with like.  An
+``--experiment`` is a ready-made plan (``sim.des.experiments``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from routing.core.registry import UnknownPolicyError, policy_names
+from sim.des.config import (
+    POLICY_ALIASES,
+    SimConfig,
+    SimConfigError,
+    TimingConfig,
+    canonical_policy,
+    parse_counts,
+    parse_rtts,
+)
+from sim.des.metrics import Summary, summarize
+from sim.des.world import SimRun, simulate
+from sim.engine import EngineConfig, get_profile
+
+PUSHING_CHOICES = ("auto", "sp-p", "sp-o", "blind")
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    title: str
+    runs: list[tuple[str, SimConfig]]
+
+
+def per_region(text: str | None, regions: list[str], what: str) -> dict[str, int]:
+    """``N`` (every region) or ``REGION=N,...``; empty when not given."""
+    if not text:
+        return {}
+    if text.strip().isdigit():
+        return dict.fromkeys(regions, int(text))
+    return parse_counts(text, what)
+
+
+def per_region_rate(text: str | None, regions: list[str]) -> dict[str, float]:
+    if not text:
+        return {}
+    items = [part.strip() for part in text.split(",") if part.strip()]
+    try:
+        if len(items) == 1 and "=" not in items[0]:
+            return dict.fromkeys(regions, float(items[0]))
+        return {k.strip(): float(v) for k, _, v in (item.partition("=") for item in items)}
+    except ValueError:
+        raise SimConfigError(f"--rate: expected R or REGION=R[,...], got {text!r}") from None
+
+
+def policies(text: str) -> list[str]:
+    names = [canonical_policy(p) for p in text.split(",") if p.strip()]
+    known = set(policy_names())
+    for name in names:
+        if name not in known:
+            aliases = ", ".join(f"{a}={n}" for a, n in POLICY_ALIASES.items())
+            raise UnknownPolicyError(
+                f"unknown policy {name!r}; choose from {', '.join(sorted(known))} ({aliases})"
+            )
+    return names
+
+
+def base_config(options: Mapping[str, Any]) -> SimConfig:
+    """The shared ``SimConfig`` of a plan (policy and pushing are set per run)."""
+    replicas = parse_counts(options["replicas"], "replicas")
+    regions = list(replicas)
+    get_profile(options["profile"])  # a clear error for an unknown profile
+    engine = EngineConfig(profile=options["profile"], seed=options["seed"])
+    timing = dataclasses.replace(TimingConfig(), max_outstanding=options["max_outstanding"])
+    extra: dict[str, Any] = {}
+    if options.get("rtt"):
+        extra["rtt_ms"] = parse_rtts(options["rtt"])
+    return SimConfig(
+        workload=options["workload"],
+        policy="least_load",
+        replicas=replicas,
+        clients=per_region(options.get("clients"), regions, "clients"),
+        rate=per_region_rate(options.get("rate"), regions),
+        deployment=options["deployment"],
+        single_region=options.get("single_region") or "",
+        seed=options["seed"],
+        duration_s=options.get("duration"),
+        max_requests=options.get("requests"),
+        time_scale=options["time_scale"],
+        speed=options["speed"],
+        engine=engine,
+        timing=timing,
+        **extra,
+    )
+
+
+def build_plan(options: Mapping[str, Any]) -> RunPlan:
+    base = base_config(options)
+    names = policies(options["policies"])
+    pushings = [p.strip() for p in options["pushing"].split(",") if p.strip()]
+    bad = [p for p in pushings if p not in PUSHING_CHOICES]
+    if bad or not pushings:
+        raise SimConfigError(f"--pushing: choose from {', '.join(PUSHING_CHOICES)}")
+    runs = []
+    for name in names:
+        for pushing in pushings:
+            config = dataclasses.replace(base, policy=name, pushing=pushing)
+            label = name if len(pushings) == 1 else f"{name} {config.effective_pushing}"
+            runs.append((label, config))
+    replicas = ",".join(f"{r}={n}" for r, n in base.replicas.items())
+    return RunPlan(f"{base.workload} on {replicas}", runs)
+
+
+def execute(
+    plan: RunPlan,
+    progress: Callable[[str, SimRun, Summary], None] | None = None,
+    *,
+    trace_memory: bool = False,
+) -> list[Summary]:
+    """Run every run of ``plan`` in order; ``progress`` hears about each as it ends."""
+    summaries = []
+    for label, config in plan.runs:
+        run = simulate(config, trace_memory=trace_memory)
+        summary = summarize(run, label)
+        summaries.append(summary)
+        if progress is not None:
+            progress(label, run, summary)
+    return summaries
