@@ -261,3 +261,32 @@ STATICFILES_FINDERS = [
     "django.contrib.staticfiles.finders.AppDirectoriesFinder",
     "console.live.plotly_static.PlotlyFinder",
 ]
+
+# -- scaling and cost (workers.scaling, workers.providers, workers.cost) ---------------
+# How often beat runs scale_services (autoscaler + placement against the provider).
+MERIDIAN_SCALING_PERIOD_S = env_float("MERIDIAN_SCALING_PERIOD_S", 10.0, minimum=0.5)
+# "emulated": launch sim.serve replicas after a cold start; "static": operator-registered
+# replicas only (Meridian never launches or terminates).
+MERIDIAN_CLOUD_PROVIDER = env_str("MERIDIAN_CLOUD_PROVIDER", "emulated")
+if MERIDIAN_CLOUD_PROVIDER not in {"emulated", "static"}:
+    raise ValueError("MERIDIAN_CLOUD_PROVIDER must be 'emulated' or 'static'")
+# Spot capacity of the emulated cloud: a SkyPilot spot trace (file or folder) replayed
+# at MERIDIAN_CLOUD_TRACE_TIME_SCALE trace seconds per second, else a Poisson model.
+MERIDIAN_CLOUD_SPOT_TRACE = env_str("MERIDIAN_CLOUD_SPOT_TRACE", "")
+MERIDIAN_CLOUD_TRACE_TIME_SCALE = env_float("MERIDIAN_CLOUD_TRACE_TIME_SCALE", 1.0, minimum=0.001)
+MERIDIAN_CLOUD_SPOT_PREEMPTIONS_PER_HOUR = env_float(
+    "MERIDIAN_CLOUD_SPOT_PREEMPTIONS_PER_HOUR", 0.0, minimum=0.0
+)
+# Hourly prices (defaults: AWS p3.2xlarge, spot at its 2020 us-east-1 mean); a folder of
+# AWS spot price history JSON overrides the spot price per zone.
+MERIDIAN_CLOUD_ON_DEMAND_PRICE = env_float("MERIDIAN_CLOUD_ON_DEMAND_PRICE", 3.06, minimum=0.0)
+MERIDIAN_CLOUD_SPOT_PRICE = env_float("MERIDIAN_CLOUD_SPOT_PRICE", 0.918, minimum=0.0)
+MERIDIAN_CLOUD_SPOT_PRICE_DATA = env_str("MERIDIAN_CLOUD_SPOT_PRICE_DATA", "")
+MERIDIAN_CLOUD_INSTANCE_TYPE = env_str("MERIDIAN_CLOUD_INSTANCE_TYPE", "p3.2xlarge")
+# Cold start of an emulated replica: instance provisioning, then model load (§2.3).
+MERIDIAN_CLOUD_PROVISION_S = env_float("MERIDIAN_CLOUD_PROVISION_S", 20.0, minimum=0.0)
+MERIDIAN_CLOUD_MODEL_LOAD_S = env_float("MERIDIAN_CLOUD_MODEL_LOAD_S", 10.0, minimum=0.0)
+# Emulated replicas launched by the cloud run at the demo's engine speed.
+MERIDIAN_CLOUD_SIM_TIME_SCALE = env_float("MERIDIAN_SIM_TIME_SCALE", 1.0, minimum=0.001)
+# Window of cost_summary and GET /metrics/cost.
+MERIDIAN_COST_WINDOW_S = env_float("MERIDIAN_COST_WINDOW_S", 3600.0, minimum=1.0)

@@ -28,5 +28,8 @@ def beat_schedule() -> dict[str, dict[str, Any]]:
         "sync-cache-state": _every(
             "workers.cache_sync.sync_cache_state", s.MERIDIAN_CACHE_SYNC_PERIOD_S
         ),
+        "scale-services": _every(
+            "workers.scaling_tasks.scale_services", s.MERIDIAN_SCALING_PERIOD_S
+        ),
         "live-snapshot": _every("workers.live.publish_live_snapshot", s.MERIDIAN_LIVE_PERIOD_S),
     }

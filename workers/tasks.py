@@ -22,6 +22,7 @@ from workers.live import publish_live_snapshot  # noqa: F401  (console live snap
 from workers.probes import probe_replicas as probe_replicas_service
 from workers.rollups import prune_rollups as prune_rollups_service
 from workers.rollups import rollup_metrics as rollup_metrics_service
+from workers.scaling_tasks import scale_services  # noqa: F401  (scaling beat task)
 
 _RETRY = {
     "autoretry_for": (OSError, redis.ConnectionError),

@@ -1,12 +1,14 @@
 from django.urls import path
 
 from console.views import charts, cost, drills, events, regions, replicas, service
+from console.views.cost_metrics import cost_metrics
 from console.views.overview import overview
 from console.views.topology import topology
 
 urlpatterns = [
     path("", overview, name="overview"),
     path("internal/topology", topology, name="internal-topology"),
+    path("metrics/cost", cost_metrics, name="metrics-cost"),
     path("console/charts", charts.charts, name="console-charts"),
     path("console/charts/history", charts.history, name="console-history"),
     path("console/cost", cost.cost, name="console-cost"),

@@ -1,0 +1,67 @@
+"""``GET /metrics/cost``: ``workers.cost.cost_summary`` as Prometheus text.
+
+Served by the console process (not the balancers: billing is control-plane data that
+needs the database).  Money is USD over the window ``MERIDIAN_COST_WINDOW_S``.
+"""
+
+from __future__ import annotations
+
+from django.http import HttpRequest, HttpResponse
+from django.utils import timezone
+from django.views.decorators.http import require_GET
+
+from workers.cost import CostSummary, cost_summary
+
+
+def _label(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def render_cost(summary: CostSummary) -> str:
+    peak, regional = summary.peak, summary.regional_peak_cost
+    window = (summary.window_end - summary.window_start).total_seconds()
+    lines = [
+        "# HELP meridian_cost_window_seconds Length of the accounting window.",
+        "# TYPE meridian_cost_window_seconds gauge",
+        f"meridian_cost_window_seconds {window:g}",
+        "# HELP meridian_cost_usd Billed cost over the window, cold start included.",
+        "# TYPE meridian_cost_usd gauge",
+        f"meridian_cost_usd {summary.total:f}",
+        "# HELP meridian_cost_by_kind_usd Billed cost by replica kind.",
+        "# TYPE meridian_cost_by_kind_usd gauge",
+    ]
+    lines += [
+        f'meridian_cost_by_kind_usd{{kind="{_label(k)}"}} {v:f}'
+        for k, v in sorted(summary.by_kind.items())
+    ]
+    lines += [
+        "# HELP meridian_cost_by_region_usd Billed cost by region.",
+        "# TYPE meridian_cost_by_region_usd gauge",
+    ]
+    lines += [
+        f'meridian_cost_by_region_usd{{region="{_label(k)}"}} {v:f}'
+        for k, v in sorted(summary.by_region.items())
+    ]
+    lines += [
+        "# HELP meridian_cost_on_demand_reference_usd N_tar on-demand replicas over the window.",
+        "# TYPE meridian_cost_on_demand_reference_usd gauge",
+        f"meridian_cost_on_demand_reference_usd {summary.on_demand_reference:f}",
+        "# HELP meridian_cost_savings_vs_on_demand_ratio Fraction saved against all on-demand.",
+        "# TYPE meridian_cost_savings_vs_on_demand_ratio gauge",
+        f"meridian_cost_savings_vs_on_demand_ratio {summary.savings_vs_on_demand:f}",
+        "# HELP meridian_reserved_replicas Reserved replicas, region-local vs global peak.",
+        "# TYPE meridian_reserved_replicas gauge",
+        f'meridian_reserved_replicas{{provisioning="regional_peak"}} {peak.regional_replicas}',
+        f'meridian_reserved_replicas{{provisioning="global_peak"}} {peak.global_replicas}',
+        "# HELP meridian_reserved_cost_usd Reserved-price cost of either provisioning.",
+        "# TYPE meridian_reserved_cost_usd gauge",
+        f'meridian_reserved_cost_usd{{provisioning="regional_peak"}} {regional:f}',
+        f'meridian_reserved_cost_usd{{provisioning="global_peak"}} {summary.global_peak_cost:f}',
+    ]
+    return "\n".join(lines) + "\n"
+
+
+@require_GET
+def cost_metrics(request: HttpRequest) -> HttpResponse:
+    text = render_cost(cost_summary(timezone.now()))
+    return HttpResponse(text, content_type="text/plain; version=0.0.4; charset=utf-8")

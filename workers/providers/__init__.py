@@ -1,0 +1,12 @@
+"""Cloud providers behind one interface (``base.CloudProvider``).
+
+- ``base``      the interface: launch, terminate, list, price, notices
+- ``static``    StaticProvider: operator-registered reserved/on-prem replicas, never
+                launched or terminated by Meridian
+- ``emulated``  EmulatedCloudProvider: real ``sim.serve`` replica processes after a cold
+                start, spot capacity replayed from a trace or a Poisson model
+- ``factory``   the provider the settings name
+
+Policies never call a provider: ``workers.scaling.controller`` does.  The SkyPilot
+mapping is a design note, ``docs/skypilot-provider.md``.
+"""
