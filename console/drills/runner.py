@@ -7,7 +7,10 @@ detection periods plus slack) runs out, traffic goes on for ``after_s`` past the
 reaction (and the fault is held at least ``hold_s``), then the fault is restored if
 the plan can, traffic stops and every request is counted on its side of the
 reaction point by when it was *sent*.  Outcome: passed when routing reacted in time
-and no request sent after the reaction failed.
+and no request sent after the reaction failed.  A plan with a ``converge`` check
+(partition, Redis outage) also has to see the system whole again within
+``converge_bound_s`` after the fault is cleared, else the outcome is
+``not-converged``.
 
 Long waits go through ``stop.wait`` so SIGTERM (the command sets ``stop``) ends a
 drill at once, still restoring the fault and recording the run as aborted.
@@ -37,6 +40,8 @@ class DrillPlan:
     check: ReactionCheck
     restore: Callable[[], str] | None = None
     hold_s: float = 0.0
+    converge: ReactionCheck | None = None  # after restore: is the system whole again?
+    converge_bound_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -67,6 +72,7 @@ class _Drill:
         self.stream: TrafficStream | None = None
         self.injected_at: float | None = None
         self.reacted_at: float | None = None
+        self.converged: bool | None = None
 
     @property
     def reaction_s(self) -> float | None:
@@ -95,6 +101,22 @@ class _Drill:
             self.stop.wait(self.options.poll_s)
         timeline.add(f"routing did not react within {self.plan.bound_s:.1f}s")
 
+    def converge(self, timeline: Timeline) -> None:
+        check = self.plan.converge
+        if check is None:
+            return
+        started = time.monotonic()
+        while not self.stop.is_set() and time.monotonic() - started <= self.plan.converge_bound_s:
+            result = check()
+            if result.reacted:
+                self.converged = True
+                took = time.monotonic() - started
+                timeline.add(f"state converged {took:.2f}s after the fault ended: {result.detail}")
+                return
+            self.stop.wait(self.options.poll_s)
+        self.converged = False
+        timeline.add(f"state did not converge within {self.plan.converge_bound_s:.1f}s")
+
     def linger(self, timeline: Timeline, injected_at: float) -> None:
         after = (self.reacted_at or time.monotonic()) + (self.options.after_s if self.stream else 0)
         until = max(after, injected_at + self.plan.hold_s)
@@ -115,7 +137,7 @@ def run_drill(
     timeline = Timeline(echo=echo)
     drill = _Drill(plan, options, stop)
     records: list[RequestRecord] = []
-    completed = False
+    completed = restored = False
     try:
         drill.stream = _start_traffic(options, timeline)
         if drill.stream is not None:
@@ -126,11 +148,15 @@ def run_drill(
         timeline.add(f"fault injected: {what}", at=injected_at)
         drill.watch(timeline, injected_at)
         drill.linger(timeline, injected_at)
+        if plan.restore is not None:
+            restored = True
+            timeline.add(f"fault cleared: {plan.restore()}")
+        drill.converge(timeline)
         completed = True
     finally:
         # Also on an error (the fault could not be set, the database went away): the
         # fault is cleared, traffic stopped, and the run recorded as aborted.
-        if plan.restore is not None and drill.injected_at is not None:
+        if plan.restore is not None and drill.injected_at is not None and not restored:
             timeline.add(f"fault cleared: {plan.restore()}")
         if drill.stream is not None:
             records = drill.stream.stop()
@@ -182,16 +208,22 @@ def _finish(
     run.reaction_s = drill.reaction_s
     run.timeline = sorted(timeline.entries, key=lambda e: e["t"])
     run.ended_at = timezone.now()
-    run.outcome = _outcome(run, aborted)
+    run.outcome = _outcome(run, aborted, drill.converged)
     run.save()
     return run
 
 
-def _outcome(run: DrillRun, aborted: bool) -> str:
+# Not yet a DrillRun.Outcome choice (stored as is; the column is free text).
+NOT_CONVERGED = "not-converged"
+
+
+def _outcome(run: DrillRun, aborted: bool, converged: bool | None = None) -> str:
     if aborted:
         return DrillRun.Outcome.ABORTED
     if run.reaction_s is None:
         return DrillRun.Outcome.NO_REACTION
+    if converged is False:
+        return NOT_CONVERGED
     if run.failed_after:
         return DrillRun.Outcome.FAILED_AFTER_REACTION
     return DrillRun.Outcome.PASSED

@@ -10,7 +10,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from console.drills.reactions import Reaction, ReactionCheck
-from console.drills.runner import DrillOptions, DrillPlan, run_drill
+from console.drills.runner import NOT_CONVERGED, DrillOptions, DrillPlan, run_drill
 from console.drills.traffic import RequestRecord, TrafficConfig, TrafficStream, split_at
 from console.models import DrillRun
 
@@ -59,6 +59,24 @@ def test_no_reaction_within_the_bound() -> None:
     run = run_drill(drill, DrillOptions(poll_s=0.01))
     assert (run.outcome, run.reaction_s) == (DrillRun.Outcome.NO_REACTION, None)
     assert "routing did not react within 0.1s" in [e["event"] for e in run.timeline]
+
+
+@pytest.mark.django_db
+def test_convergence_is_checked_after_the_fault_is_cleared() -> None:
+    healed = iter([False, True])
+    drill, calls = plan(lambda: Reaction(True, "cut"), restore=True)
+    drill.converge, drill.converge_bound_s = (lambda: Reaction(next(healed), "whole")), 5.0
+    run = run_drill(drill, DrillOptions(poll_s=0.01, after_s=0))
+    assert run.outcome == DrillRun.Outcome.PASSED and calls == ["inject", "restore"]
+    events = [e["event"] for e in run.timeline]
+    assert events[-2] == "fault cleared: fixed it"
+    assert events[-1].startswith("state converged") and events[-1].endswith(": whole")
+
+    stuck, _ = plan(lambda: Reaction(True, "cut"), restore=True)
+    stuck.converge, stuck.converge_bound_s = (lambda: Reaction(False, "apart")), 0.05
+    run = run_drill(stuck, DrillOptions(poll_s=0.01, after_s=0))
+    assert run.outcome == NOT_CONVERGED
+    assert "state did not converge within 0.1s" in [e["event"] for e in run.timeline]
 
 
 @pytest.mark.django_db
