@@ -8,7 +8,9 @@ inside the ASGI server (uvicorn for balancers by default, or daphne):
 
 * ``views/completions.py``: ``POST /v1/chat/completions`` and ``/v1/completions``;
 * ``views/ops.py``: ``/v1/models``, ``/health``, ``/metrics``;
-* ``views/internal.py``: ``/internal/availability`` (peers, token) and ``/internal/state``;
+* ``views/internal.py``: ``/internal/availability`` (peers, token), ``/internal/state``,
+  ``/internal/cache_sync`` (anti-entropy now, token) and ``/internal/faults`` (drill
+  faults: partition, dropped KV events; token);
 * ``api_asgi.py``: the ``/v1/`` ASGI handler (Django without middleware hops);
   ``body_limit.py``: 413 before Django spools a body; ``lifespan.py``: start the
   runtime with the server;
@@ -18,6 +20,9 @@ inside the ASGI server (uvicorn for balancers by default, or daphne):
   ``upstream_pool.py``: the lean keep-alive HTTP/1.1 client it relays through;
 * ``runtime.py``: the per-process runtime and its background loops;
 * ``topology.py`` (database snapshot), ``prober.py`` (replica ``/metrics``),
-  ``peers.py`` (HTTP availability polls, Redis heartbeats), ``telemetry.py``
+  ``peers.py`` (HTTP availability polls, Redis heartbeats, the partition fault),
+  ``kv_events.py`` (the KV-event consumer: ZMQ SUB per owned replica, ~100 ms
+  batches into the cache map, gap → resync, anti-entropy from the replica's
+  ``/kv_cache/blocks``; decoding is ``core/kv_events.py``), ``telemetry.py``
   (metric families), ``errors.py`` (OpenAI-style error responses).
 """

@@ -9,7 +9,14 @@ commands orchestrate (and tests call directly).
   client with its retries on, recording each request's outcome.
 * ``reactions``: predicates over balancers' ``GET /internal/state`` that say when
   routing has reacted to a fault.
+* ``partition``: the partition drill (``POST /internal/faults`` on both sides'
+  balancers; reacted when each side sees the other not alive, converged when alive);
+* ``redis_outage``: the Redis-outage drill (``CLIENT PAUSE … ALL``, bounded and
+  self-healing; reacted when every balancer reports Redis down, converged when
+  Redis, heartbeats and balancer states are back);
+* ``served``: the model a drill's traffic asks for by default;
 * ``runner``: one drill end to end (inject, watch, split the requests at the
-  reaction point, record a ``DrillRun``); ``kinds`` builds each drill's plan;
-  ``report`` prints its timeline.
+  reaction point, check convergence where the plan asks, record a ``DrillRun``);
+  ``kinds`` builds the replica and balancer drills' plans; ``report`` prints the
+  timeline.
 """
