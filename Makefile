@@ -13,8 +13,12 @@ PIP := $(BIN)/python -m pip --disable-pip-version-check -q
 run: $(RUN_STAMP)
 	$(BIN)/python manage.py run_demo
 
-test: $(TEST_STAMP)
+test: $(TEST_STAMP) /usr/bin/chromium
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# The console's browser tests drive Debian's headless Chromium through Selenium.
+/usr/bin/chromium:
+	apt-get install -y chromium chromium-driver || (apt-get update && apt-get install -y chromium chromium-driver)
 
 lint: $(TEST_STAMP)
 	$(BIN)/ruff check .
