@@ -60,13 +60,14 @@ class RequestRecord:
 class Budget:
     """When clients stop sending: after ``duration_s`` or ``max_requests`` requests."""
 
-    def __init__(self, duration_s: float | None, max_requests: int | None) -> None:
+    def __init__(self, duration_s: float | None, max_requests: int | None, start_s: float = 0.0):
         self.duration_s = duration_s
         self.max_requests = max_requests
+        self.start_s = start_s
         self.sent = 0
 
     def spent(self, now: float) -> bool:
-        late = self.duration_s is not None and now >= self.duration_s
+        late = self.duration_s is not None and now >= self.start_s + self.duration_s
         full = self.max_requests is not None and self.sent >= self.max_requests
         return late or full
 
@@ -117,19 +118,20 @@ class RegionClients:
             self._run_closed(dispatcher, client, program)
 
     def start_open(self, arrivals: OpenLoop, programs: Iterator[Program]) -> None:
-        self.loop.call_soon(self._arrive, arrivals.schedule(programs))
+        self.loop.call_soon(self._arrive, arrivals.schedule(programs), self.loop.now)
 
-    def _arrive(self, scheduled: Iterator[Program]) -> None:
+    def _arrive(self, scheduled: Iterator[Program], origin: float) -> None:
         # One arrival event at a time: a long (or endless) trace is read lazily.
         program = next(scheduled, None)
-        self.arrival_pending = not (program is None or self.ctx.budget.spent(program.start))
+        at = origin + (program.start if program is not None else 0.0)
+        self.arrival_pending = not (program is None or self.ctx.budget.spent(at))
         if program is not None and self.arrival_pending:
-            self.loop.call_at(program.start, self._open_program, program, scheduled)
+            self.loop.call_at(at, self._open_program, program, scheduled, origin)
 
-    def _open_program(self, program: Program, scheduled: Iterator[Program]) -> None:
+    def _open_program(self, program: Program, scheduled: Iterator[Program], origin: float) -> None:
         self.arrival_pending = False
         ProgramRun(self, program, lambda: None).start()
-        self._arrive(scheduled)
+        self._arrive(scheduled, origin)
 
     # -- one request -----------------------------------------------------------------
 

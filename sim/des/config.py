@@ -123,6 +123,10 @@ class SimConfig:
     duration_s: float | None = None
     max_requests: int | None = None
     drain_s: float = 600.0
+    # Balancers run (probe, poll peers) this long before clients send: production
+    # balancers are up long before traffic, and a cold one refuses what it cannot
+    # place yet.  Durations and budgets count from the end of the warm-up.
+    warmup_s: float = 1.0
     time_scale: float = 1.0
     speed: float = 1.0
     engine: EngineConfig = field(default_factory=EngineConfig)

@@ -136,13 +136,14 @@ class World:
         if trace_memory:
             tracemalloc.start()
         started = time.perf_counter()
-        budget = Budget(cfg.duration_s, cfg.max_requests)
+        budget = Budget(cfg.duration_s, cfg.max_requests, start_s=cfg.warmup_s)
         records: list[RequestRecord] = []
         ctx = ClientContext(
             self.loop, self.tokenizer, self.vocab, cfg.engine.hash_seed, budget, records
         )
         for lb in self.balancers.values():
             lb.start()
+        self.loop.run(until=cfg.warmup_s)
         regions = []
         for index, region in enumerate(cfg.regions):
             entry = self.entry[region]
@@ -152,7 +153,7 @@ class World:
             regions.append(clients)
         samples: list[tuple[float, tuple[int, ...]]] = []
         self.loop.call_soon(self._sample, samples)
-        end = self._run_until_done(budget, regions, records)
+        end = self._run_until_done(budget, regions)
         stats = RunStats(
             wall_s=time.perf_counter() - started,
             events=self.loop.events_run,
@@ -163,11 +164,10 @@ class World:
             stats.peak_bytes = tracemalloc.get_traced_memory()[1]
             tracemalloc.stop()
         names = tuple(self.replicas)
-        return SimRun(cfg, records, end, samples, names, stats)
+        finished = [r.done_at for r in records if r.done_at is not None]
+        return SimRun(cfg, records, max(finished, default=end), samples, names, stats)
 
-    def _run_until_done(
-        self, budget: Budget, regions: list[RegionClients], records: list[RequestRecord]
-    ) -> float:
+    def _run_until_done(self, budget: Budget, regions: list[RegionClients]) -> float:
         """Run in slices until every client is idle, or ``drain_s`` after the budget."""
         cfg = self.config
         slice_s = 1.0
@@ -180,8 +180,7 @@ class World:
                 deadline = self.loop.now + cfg.drain_s
             if deadline is not None and self.loop.now >= deadline:
                 break
-        finished = [r.done_at for r in records if r.done_at is not None]
-        return max(finished, default=self.loop.now)
+        return self.loop.now
 
 
 def simulate(config: SimConfig, *, trace_memory: bool = False) -> SimRun:
