@@ -29,6 +29,8 @@ from workers.providers.base import CloudProvider, Instance, LaunchSpec, Notice
 from workers.scaling.fleet import SPOT, ZoneOffer
 from workers.scaling.traces import SpotTrace
 
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
 
 @dataclass(frozen=True)
 class ColdStartModel:
@@ -154,7 +156,11 @@ class EmulatedCloudProvider(CloudProvider):
         try:
             # Own session: a preemption kills the replica's whole group, nothing else.
             return subprocess.Popen(
-                argv + self.serve_args, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+                argv + self.serve_args,
+                cwd=REPO_ROOT,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
             )
         finally:
             if log != subprocess.DEVNULL:

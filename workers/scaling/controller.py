@@ -24,7 +24,14 @@ from workers.scaling.fleet import SPOT, Fleet, FleetReplica
 from workers.scaling.reconcile import reconcile
 from workers.scaling.registry import build_policy
 
-LIVE_STATES = (Replica.State.PROVISIONING, Replica.State.STARTING, Replica.State.READY)
+# Launched and billed.  A failed replica stays in the fleet (not ready) so the policy
+# counts it, may terminate it, and gets it back when its probe recovers.
+LIVE_STATES = (
+    Replica.State.PROVISIONING,
+    Replica.State.STARTING,
+    Replica.State.READY,
+    Replica.State.FAILED,
+)
 
 
 @dataclass
