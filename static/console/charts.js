@@ -17,7 +17,8 @@
 
   function draw(prefix, key, title, series, field, shapes) {
     const traces = Object.keys(series).sort().map(function (region) {
-      return { x: series[region].t, y: series[region][field], name: region, mode: "lines", type: "scatter" };
+      // Copies: Plotly.react redraws only data whose arrays are new objects.
+      return { x: series[region].t.slice(), y: series[region][field].slice(), name: region, mode: "lines", type: "scatter" };
     });
     Plotly.react(prefix + key, traces, layout(title, { shapes: shapes || [] }), config);
   }
