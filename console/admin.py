@@ -73,11 +73,23 @@ class ReplicaAdmin(admin.ModelAdmin):
         "model_name",
         "consecutive_failures",
         "last_probe_at",
+        "provider",
+        "launched_at",
+        "terminated_at",
     ]
-    list_filter = ["state", "kind", "handover", "region", "zone", "model_name"]
-    search_fields = ["name", "url"]
+    list_filter = ["state", "kind", "handover", "region", "zone", "model_name", "provider"]
+    search_fields = ["name", "url", "provider_handle"]
     list_select_related = ["region", "zone", "balancer"]
-    readonly_fields = ["state_changed_at", "last_probe_at", "consecutive_failures", "created_at"]
+    # Billing timestamps and the provider handle are written by the scaling controller.
+    readonly_fields = [
+        "state_changed_at",
+        "last_probe_at",
+        "consecutive_failures",
+        "created_at",
+        "provider",
+        "provider_handle",
+        "terminated_at",
+    ]
 
 
 @admin.register(ServiceConfig)
@@ -91,9 +103,15 @@ class ServiceConfigAdmin(admin.ModelAdmin):
         "target_qps_per_replica",
         "queue_max_len",
         "queue_max_wait_s",
+        "scaling_policy",
+        "spot_extra",
+        "target_replicas",
         "updated_at",
     ]
+    list_filter = ["scaling_policy"]
     search_fields = ["model_name"]
+    # N_tar and the zone lists are the controller's state; an operator reads them.
+    readonly_fields = ["target_replicas", "scaling_state"]
 
 
 @admin.register(ApiKey)
