@@ -49,6 +49,8 @@ class Summary:
     output_tps: float
     ttft: dict[str, float | None]
     e2e: dict[str, float | None]
+    prompt_tokens: int
+    cached_tokens: int
     hit_rate: float
     outstanding_variance: float
     forwarded_share: float
@@ -71,6 +73,7 @@ def summarize(run: SimRun, label: str = "") -> Summary:
     start = min((r.sent_at for r in records), default=0.0)
     makespan = max(run.end_s - start, 1e-9)
     prompt = sum(r.prompt_tokens for r in ok)
+    cached = sum(r.cached_tokens for r in ok)
     waits = [r.journey.queue_wait for r in records if r.done_at is not None]
     return Summary(
         label=label or run.config.policy,
@@ -84,7 +87,9 @@ def summarize(run: SimRun, label: str = "") -> Summary:
         output_tps=sum(r.completion_tokens for r in ok) / makespan,
         ttft=_pcts([r.ttft for r in ok if r.ttft is not None]),
         e2e=_pcts([r.e2e for r in ok if r.e2e is not None]),
-        hit_rate=sum(r.cached_tokens for r in ok) / prompt if prompt else 0.0,
+        prompt_tokens=prompt,
+        cached_tokens=cached,
+        hit_rate=cached / prompt if prompt else 0.0,
         outstanding_variance=_variance(run),
         forwarded_share=sum(r.journey.forwarded for r in ok) / len(ok) if ok else 0.0,
         queue_wait={**_pcts(waits), "mean": statistics.fmean(waits) if waits else None},
