@@ -4,8 +4,11 @@ events with their inputs, persisted policy state, and the autoscaler fed by roll
 from __future__ import annotations
 
 import itertools
+import json
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -15,6 +18,8 @@ from workers.providers.base import CloudProvider, Instance, LaunchSpec, Notice
 from workers.providers.static import StaticProvider
 from workers.scaling.controller import scale_services, service_qps
 from workers.scaling.fleet import SPOT, ZoneOffer
+from workers.scaling_tasks import scale_services as scale_services_task
+from workers.scaling_tasks import worker_provider
 
 NOW = datetime(2026, 3, 1, 9, 0, tzinfo=UTC)
 
@@ -138,4 +143,25 @@ def test_static_provider_launches_nothing(rows: Rows) -> None:
     rows.region("eu")
     service()
     assert scale_services(StaticProvider([ZoneOffer("eu-1a", "eu", 1.0, 2.0)]), NOW) == []
+    assert not Replica.objects.exists()
+
+
+@pytest.mark.django_db
+def test_beat_task_builds_the_configured_provider(
+    rows: Rows, settings: Any, tmp_path: Path
+) -> None:
+    rows.region("us")
+    history = [{"AvailabilityZone": "us-1a", "InstanceType": "p3.2xlarge", "SpotPrice": "0.8"}]
+    (tmp_path / "p3.json").write_text(json.dumps({"SpotPriceHistory": history}))
+    settings.MERIDIAN_CLOUD_PROVIDER = "static"
+    settings.MERIDIAN_CLOUD_SPOT_PRICE_DATA = str(tmp_path)
+    service()
+    worker_provider.cache_clear()
+    try:
+        assert scale_services_task() == []
+        assert worker_provider().zones() == [
+            ZoneOffer("us-1a", "us", 0.8, settings.MERIDIAN_CLOUD_ON_DEMAND_PRICE)
+        ]
+    finally:
+        worker_provider.cache_clear()
     assert not Replica.objects.exists()
