@@ -10,10 +10,11 @@ probes (``workers.probes``); balancers pick them up on their next topology refre
 
 from __future__ import annotations
 
+import secrets
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
-from django.db.models import Sum
+from django.db.models import Q, Sum
 from django.utils import timezone
 from django.utils.text import slugify
 
@@ -83,11 +84,14 @@ def apply_notices(provider: CloudProvider, notices: list[Notice]) -> list[Replic
 def service_qps(service: ServiceConfig, now: datetime) -> float:
     """Requests per second to the service's replicas over its QPS window (replica rollups)."""
     window = max(1, service.qps_window_s)
-    names = Replica.objects.filter(model_name=service.model_name).values_list("name", flat=True)
+    since = now - timedelta(seconds=window)
+    names = Replica.objects.filter(
+        Q(terminated_at__isnull=True) | Q(terminated_at__gt=since), model_name=service.model_name
+    ).values_list("name", flat=True)
     total = MetricRollup.objects.filter(
         scope=MetricRollup.Scope.REPLICA,
         name__in=list(names),
-        interval_end__gt=now - timedelta(seconds=window),
+        interval_end__gt=since,
         interval_end__lte=now,
     ).aggregate(n=Sum("requests"))["n"]
     return float(total or 0) / window
@@ -102,7 +106,7 @@ class _ProviderLauncher:
     def launch(self, kind: str, zone: str) -> str | None:
         zone_row = Zone.objects.select_related("region").get(name=zone)
         base = slugify(f"{self.service.model_name}-{kind}-{zone}")[:72]
-        name = f"{base}-{Replica.objects.filter(name__startswith=base).count() + 1}"
+        name = f"{base}-{secrets.token_hex(3)}"  # unique without counting rows
         instance = self.provider.launch(
             LaunchSpec(self.service.model_name, name), zone, kind, self.now.timestamp()
         )
