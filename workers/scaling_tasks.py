@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 
 from celery import shared_task
+from celery.signals import worker_shutdown
 
 from workers.providers.base import CloudProvider
 from workers.providers.factory import build_provider
@@ -24,3 +25,10 @@ def worker_provider() -> CloudProvider:
 @shared_task(autoretry_for=(OSError,), retry_backoff=True, retry_jitter=True, max_retries=3)
 def scale_services() -> list[dict[str, object]]:
     return [d.__dict__ for d in scale_services_service(worker_provider())]
+
+
+@worker_shutdown.connect
+def close_provider(**_: object) -> None:
+    # Emulated replicas run in their own sessions and would outlive the worker.
+    if worker_provider.cache_info().currsize:
+        worker_provider().close()

@@ -71,6 +71,9 @@ class CloudProvider(ABC):
     def poll(self, now: float) -> list[Notice]:
         """Advance to ``now``: finish cold starts, apply preemptions; what changed."""
 
+    def close(self) -> None:
+        """Release what this process holds (child processes, connections)."""
+
     def price(self, zone: str, kind: str) -> Decimal:
         for offer in self.zones():
             if offer.name == zone:
