@@ -80,6 +80,7 @@ def base_config(options: Mapping[str, Any]) -> SimConfig:
         extra["rtt_ms"] = parse_rtts(options["rtt"])
     return SimConfig(
         workload=options["workload"],
+        policy_params=dict(options.get("param") or {}),
         policy="least_load",
         replicas=replicas,
         clients=per_region(options.get("clients"), regions, "clients"),

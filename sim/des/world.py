@@ -17,12 +17,12 @@ import time
 import tracemalloc
 from dataclasses import dataclass, field
 
-from routing.core.availability import PushingConfig, PushingMode
+from routing.core.availability import PUSHING_KEY, split_pushing_params
 from routing.core.tokenizer import build_tokenizer
 from routing.core.topology import ModelSpec, PeerSpec, ReplicaSpec
 from sim.des.balancer import SimBalancer
 from sim.des.clients import Budget, ClientContext, RegionClients, RequestRecord
-from sim.des.config import MODEL, SimConfig
+from sim.des.config import MODEL, SimConfig, SimConfigError
 from sim.des.loop import EventLoop
 from sim.des.replica import SimReplica
 from sim.des.workloads import region_arrivals
@@ -88,12 +88,20 @@ class World:
                 )
 
     def model_spec(self) -> ModelSpec:
+        """The service as ``routing.topology`` builds it from a ServiceConfig row: the
+        pushing keys (mode from ``pushing``, ``push_budget``) split off the policy's."""
         cfg = self.config
+        try:
+            pushing, params = split_pushing_params(
+                {**cfg.policy_params, PUSHING_KEY: cfg.effective_pushing}
+            )
+        except ValueError as exc:
+            raise SimConfigError(str(exc)) from None
         return ModelSpec(
             name=MODEL,
             policy=cfg.policy,
-            policy_params=dict(cfg.policy_params),
-            pushing=PushingConfig(PushingMode(cfg.effective_pushing)),
+            policy_params=params,
+            pushing=pushing,
             queue_max_len=cfg.timing.queue_max_len,
             queue_max_wait_s=cfg.timing.queue_max_wait_s,
         )

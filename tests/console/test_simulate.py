@@ -66,11 +66,28 @@ def test_reports_go_under_var_dir_by_default(tmp_path: Path, settings: Any) -> N
         (["--replicas", "us-east"], "--replicas"),
         (["--clients", "mars=3"], "without a balancer"),
         (["--workload", "chatter"], "unknown workload"),
+        (["--param", "push_budget=0"], "push_budget must be at least 1"),
+        (["--param", "nope=1"], "has no parameter"),
     ],
 )
 def test_bad_options_are_refused_with_a_clear_message(args: list[str], message: str) -> None:
     with pytest.raises(CommandError, match=message):
         simulate(*SMALL, *args)
+
+
+def test_policy_params_and_the_push_budget_reach_the_service(tmp_path: Path) -> None:
+    report = tmp_path / "r.html"
+    simulate(
+        *SMALL,
+        "--param",
+        "push_budget=4",
+        "--param",
+        "min_match_ratio=0.3",
+        "--report",
+        str(report),
+    )
+    (summary,) = json.loads(report.with_suffix(".json").read_text())["summaries"]
+    assert summary["ok"] == 10
 
 
 def test_a_workload_or_an_experiment_is_needed() -> None:

@@ -12,6 +12,7 @@ The simulation itself is ``sim.des``; this command only parses and prints.
 
 from __future__ import annotations
 
+import argparse
 import json
 from pathlib import Path
 from typing import Any
@@ -40,6 +41,14 @@ class Command(BaseCommand):
         parser.add_argument("--experiment", choices=sorted(EXPERIMENTS))
         parser.add_argument("--policies", default="skylb", help="comma list; rr/ll/p2c/ch aliases")
         parser.add_argument("--pushing", default="auto", help=f"comma list of {PUSHING_CHOICES}")
+        parser.add_argument(
+            "--param",
+            action="append",
+            default=[],
+            type=_param,
+            metavar="KEY=VALUE",
+            help="policy parameter or push_budget, as ServiceConfig.policy_params",
+        )
         parser.add_argument("--deployment", default="auto", choices=DEPLOYMENTS)
         parser.add_argument("--replicas", default="us-east=4,eu-west=3,ap-southeast=2")
         parser.add_argument("--clients", help="closed loop: N per region or REGION=N,...")
@@ -70,6 +79,7 @@ class Command(BaseCommand):
             options["json"].write_text(json.dumps([s.as_dict() for s in summaries], indent=1))
 
     def plan(self, options: dict[str, Any]) -> RunPlan:
+        options = {**options, "param": dict(options["param"])}
         if options["experiment"]:
             return experiment(options["experiment"], options["duration"], options["seed"])
         if not options["workload"]:
@@ -84,7 +94,18 @@ class Command(BaseCommand):
         )
 
 
+def _param(raw: str) -> tuple[str, Any]:
+    """``key=value``, the value read as JSON when it parses (numbers, booleans)."""
+    key, sep, value = raw.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"expected key=value, got {raw!r}")
+    try:
+        return key, json.loads(value)
+    except json.JSONDecodeError:
+        return key, value
+
+
 _SHOWN = (
     "workload", "experiment", "policies", "pushing", "deployment", "replicas", "clients",
-    "rate", "duration", "requests", "seed", "profile", "time_scale", "max_outstanding",
+    "rate", "duration", "requests", "seed", "profile", "time_scale", "max_outstanding", "param",
 )  # fmt: skip
