@@ -109,9 +109,7 @@ class KVEventConsumer:
     # -- which replicas ------------------------------------------------------------------
 
     def cache_map_policy(self, model: str) -> CacheMapPolicy | None:
-        # LocalRouter has no public accessor for a model's policy object yet.
-        entry = self.router._policies.get(model)
-        policy = entry[1] if entry else None
+        policy = self.router.policy(model)
         return policy if isinstance(policy, CacheMapPolicy) else None
 
     def tracked(self) -> dict[str, tuple[str, str]]:

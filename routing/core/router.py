@@ -141,9 +141,14 @@ class LocalRouter:
     def mark(self, name: str) -> ProbeMark | None:
         return self._marks.get(name)
 
-    def policy_name(self, model: str) -> str | None:
+    def policy(self, model: str) -> Policy | None:
+        """The model's policy object (KV events feed the cache-map one directly)."""
         entry = self._policies.get(model)
-        return entry[1].name if entry else None
+        return entry[1] if entry else None
+
+    def policy_name(self, model: str) -> str | None:
+        policy = self.policy(model)
+        return policy.name if policy else None
 
     def model_spec(self, model: str) -> ModelSpec | None:
         entry = self._policies.get(model)

@@ -166,7 +166,7 @@ async def build_runtime() -> AsyncIterator[Callable[..., Awaitable[BalancerRunti
         rt = BalancerRuntime(balancer_config(**config), asyncio.get_running_loop())
         await rt.client.aclose()
         rt.client = httpx.AsyncClient(transport=httpx.MockTransport(upstreams))
-        rt.prober.client = rt.poller.client = rt.client
+        rt.prober.client = rt.poller.client = rt.kv.client = rt.client
         await rt.upstream.aclose()
         rt.upstream = rt.client  # the relay takes either client; the mock answers both
         specs = tuple(

@@ -41,7 +41,6 @@ class Snapshots(Upstreams):
 
 async def runtime(build_runtime: Any, snapshots: Snapshots) -> Any:
     rt = await build_runtime(snapshots, model=ModelSpec(MODEL, policy="cache_map"))
-    rt.kv.client = rt.client  # the fixture swaps the shared client for the fake replicas
     rt.kv.streams["a"] = ReplicaStream("a", "tcp://127.0.0.1:1", socket=_NoSocket())
     return rt
 
