@@ -323,12 +323,15 @@ class DrillRun(models.Model):
         PREEMPT = "preempt"
         KILL_BALANCER = "kill-balancer"
         SLOW_REPLICA = "slow-replica"
+        PARTITION = "partition"
+        REDIS_OUTAGE = "redis-outage"
 
     class Outcome(models.TextChoices):
         RUNNING = "running"
         PASSED = "passed", "passed: routing reacted, nothing failed after it"
         FAILED_AFTER_REACTION = "failed-after-reaction"
         NO_REACTION = "no-reaction", "routing did not react within the bound"
+        NOT_CONVERGED = "not-converged", "state did not converge after the fault cleared"
         ABORTED = "aborted"
 
     kind = models.CharField(max_length=16, choices=Kind.choices)

@@ -25,9 +25,9 @@ from django.conf import settings
 from console.drills.reactions import Reaction, ReactionCheck
 from console.drills.runner import DrillPlan
 from console.drills.targets import DrillError
-from console.models import Balancer, Region
+from console.models import Balancer, DrillRun, Region
 
-KIND = "partition"  # not yet a DrillRun.Kind choice (the column is free text)
+KIND = DrillRun.Kind.PARTITION
 FAULTS_PATH = "/internal/faults"
 
 

@@ -33,9 +33,9 @@ from django.conf import settings
 from console.drills.reactions import Reaction, ReactionCheck
 from console.drills.runner import DrillPlan
 from console.drills.targets import DrillError
-from console.models import Balancer
+from console.models import Balancer, DrillRun
 
-KIND = "redis-outage"  # not yet a DrillRun.Kind choice (the column is free text)
+KIND = DrillRun.Kind.REDIS_OUTAGE
 
 
 def outage_bound() -> float:

@@ -213,17 +213,13 @@ def _finish(
     return run
 
 
-# Not yet a DrillRun.Outcome choice (stored as is; the column is free text).
-NOT_CONVERGED = "not-converged"
-
-
 def _outcome(run: DrillRun, aborted: bool, converged: bool | None = None) -> str:
     if aborted:
         return DrillRun.Outcome.ABORTED
     if run.reaction_s is None:
         return DrillRun.Outcome.NO_REACTION
     if converged is False:
-        return NOT_CONVERGED
+        return DrillRun.Outcome.NOT_CONVERGED
     if run.failed_after:
         return DrillRun.Outcome.FAILED_AFTER_REACTION
     return DrillRun.Outcome.PASSED

@@ -10,7 +10,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from console.drills.reactions import Reaction, ReactionCheck
-from console.drills.runner import NOT_CONVERGED, DrillOptions, DrillPlan, run_drill
+from console.drills.runner import DrillOptions, DrillPlan, run_drill
 from console.drills.traffic import RequestRecord, TrafficConfig, TrafficStream, split_at
 from console.models import DrillRun
 
@@ -75,7 +75,7 @@ def test_convergence_is_checked_after_the_fault_is_cleared() -> None:
     stuck, _ = plan(lambda: Reaction(True, "cut"), restore=True)
     stuck.converge, stuck.converge_bound_s = (lambda: Reaction(False, "apart")), 0.05
     run = run_drill(stuck, DrillOptions(poll_s=0.01, after_s=0))
-    assert run.outcome == NOT_CONVERGED
+    assert run.outcome == DrillRun.Outcome.NOT_CONVERGED
     assert "state did not converge within 0.1s" in [e["event"] for e in run.timeline]
 
 
