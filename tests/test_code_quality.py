@@ -19,7 +19,7 @@ def test_ruff_finds_nothing() -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-def test_routing_core_is_mypy_strict_clean() -> None:
+def test_pure_cores_are_mypy_strict_clean() -> None:
     result = run_tool("mypy")
     assert result.returncode == 0, result.stdout + result.stderr
 
