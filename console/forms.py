@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 from typing import Any
 
@@ -11,7 +10,7 @@ from django.conf import settings
 
 from console.models import Balancer, Region, RegionLatency, Replica, ServiceConfig, Zone
 from routing.core.registry import policy_names
-from workers.probes import ProbeTarget, _probe_all
+from workers.probes import probe_url
 
 
 class RegionForm(forms.ModelForm):  # type: ignore[type-arg]
@@ -73,9 +72,7 @@ class AddReplicaForm(forms.ModelForm):  # type: ignore[type-arg]
     def _probe(self, url: str, model: str) -> None:
         config = ServiceConfig.objects.filter(model_name=model).first()
         mode = config.readiness_probe if config else ServiceConfig.ReadinessProbe.HEALTH
-        target = ProbeTarget(0, url, model, mode)
-        timeout = settings.MERIDIAN_PROBE_TIMEOUT_S * 2
-        (result,) = asyncio.run(_probe_all([target], timeout))
+        result = probe_url(url, model, mode, timeout=settings.MERIDIAN_PROBE_TIMEOUT_S * 2)
         if not result.ok:
             self.add_error("url", f"probe failed: {result.detail}")
 

@@ -22,16 +22,13 @@ from celery import shared_task
 from django.conf import settings
 
 from console.live.messages import LIVE_GROUP, SNAPSHOT_TYPE
-from console.live.publish import connect_event_publishing, send
+from console.live.publish import send
 from console.live.snapshot import BalancerRow, ReplicaRow, TickInputs, build_snapshot
 from console.models import Balancer, Region, Replica
 from routing.core.peers import Heartbeat, heartbeat_key
 from workers.rollups import LATEST_KEY
 
 PREVIOUS_KEY = "meridian:live:previous"
-
-# The worker records Events (probes, failover, scaling): the console shows them live.
-connect_event_publishing()
 
 
 async def _fetch_one(client: httpx.AsyncClient, url: str) -> dict[str, Any] | None:

@@ -74,6 +74,12 @@ async def _probe_all(targets: list[ProbeTarget], timeout: float) -> list[ProbeRe
         return await asyncio.gather(*(_probe_one(client, target) for target in targets))
 
 
+def probe_url(url: str, model: str, mode: str, *, timeout: float) -> ProbeResult:
+    """Probe one URL the way a replica of ``model`` would be probed (before it exists)."""
+    (result,) = asyncio.run(_probe_all([ProbeTarget(0, url, model, mode)], timeout))
+    return result
+
+
 def probe_targets() -> list[ProbeTarget]:
     """Every probed replica with the readiness probe its model is configured for."""
     modes = dict(ServiceConfig.objects.values_list("model_name", "readiness_probe"))
