@@ -5,8 +5,9 @@ tested without a database.  Formulas, also shown in the page's tooltips:
 
 * $/h now = Σ hourly_price of replicas that are billed (ready, starting, draining),
   by region and kind.
-* Spend so far = Σ hourly_price x hours alive, a replica being alive from
-  ``created_at`` to its terminal state change (terminated/preempted/failed) or now.
+* Spend so far comes from the billing ledger (``workers.cost.cost_summary``):
+  Σ hourly_price x seconds billed, from launch (cold start included, as clouds
+  bill) to termination or now.
 * Savings vs all on-demand = (N_billed x on-demand price - $/h now) / that, i.e.
   the same capacity bought at the on-demand rate (SkyServe's spot argument).
 * Savings vs region-local peak (SkyLB §5's baseline) = each region provisions
@@ -29,7 +30,6 @@ from dataclasses import dataclass
 from datetime import datetime
 
 BILLED = frozenset({"ready", "starting", "draining"})
-TERMINAL = frozenset({"terminated", "preempted", "failed"})
 
 
 @dataclass(frozen=True)
@@ -38,8 +38,6 @@ class PricedReplica:
     kind: str
     state: str
     hourly_price: float
-    created_at: datetime
-    state_changed_at: datetime
 
 
 @dataclass(frozen=True)
@@ -87,14 +85,6 @@ def hourly_by_region(replicas: list[PricedReplica]) -> dict[str, dict[str, float
     return {region: dict(kinds) for region, kinds in sorted(table.items())}
 
 
-def spend(replicas: list[PricedReplica], now: datetime) -> float:
-    total = 0.0
-    for r in replicas:
-        end = r.state_changed_at if r.state in TERMINAL else now
-        total += r.hourly_price * max((end - r.created_at).total_seconds(), 0.0) / 3600
-    return total
-
-
 def peak_replicas(loads: list[RegionLoad], target_rps: float) -> dict[str, int]:
     peaks: dict[str, float] = defaultdict(float)
     for load in loads:
@@ -103,7 +93,11 @@ def peak_replicas(loads: list[RegionLoad], target_rps: float) -> dict[str, int]:
 
 
 def summarize(
-    replicas: list[PricedReplica], loads: list[RegionLoad], *, target_rps: float, now: datetime
+    replicas: list[PricedReplica],
+    loads: list[RegionLoad],
+    *,
+    target_rps: float,
+    spend_total: float,
 ) -> CostSummary:
     by_region = hourly_by_region(replicas)
     price = on_demand_price(replicas)
@@ -112,7 +106,7 @@ def summarize(
     return CostSummary(
         hourly_by_region=by_region,
         hourly_total=sum(sum(kinds.values()) for kinds in by_region.values()),
-        spend_total=spend(replicas, now),
+        spend_total=spend_total,
         on_demand_price=price,
         all_on_demand_hourly=billed * price,
         region_peak_hourly=sum(peaks.values()) * price,

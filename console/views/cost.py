@@ -13,15 +13,14 @@ from django.utils import timezone
 
 from console.cost_view import PricedReplica, RegionLoad, savings_series, summarize
 from console.models import MetricRollup, Replica, ServiceConfig
+from workers.cost import cost_summary
 
 WINDOW = timedelta(days=1)
 
 
 def priced_replicas() -> list[PricedReplica]:
     return [
-        PricedReplica(
-            r.region.name, r.kind, r.state, float(r.hourly_price), r.created_at, r.state_changed_at
-        )
+        PricedReplica(r.region.name, r.kind, r.state, float(r.hourly_price))
         for r in Replica.objects.select_related("region")
     ]
 
@@ -50,7 +49,9 @@ def target_rps() -> float:
 def cost(request: HttpRequest) -> HttpResponse:
     now = timezone.now()
     replicas, loads, rps = priced_replicas(), region_loads(now - WINDOW), target_rps()
-    summary = summarize(replicas, loads, target_rps=rps, now=now)
+    # Spend is the billing ledger's: per replica, per second, from launch.
+    spend = float(cost_summary(now).total)
+    summary = summarize(replicas, loads, target_rps=rps, spend_total=spend)
     times, saved = savings_series(
         loads, hourly_now=summary.hourly_total, price=summary.on_demand_price, target_rps=rps
     )
