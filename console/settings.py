@@ -94,7 +94,9 @@ else:
                 "transaction_mode": "IMMEDIATE",
                 "timeout": 20,
             },
-            "TEST": {"NAME": VAR_DIR / "test_meridian.sqlite3"},
+            # A file (child processes of integration tests open it by path), one per
+            # test run so two suites on one checkout never drop each other's tables.
+            "TEST": {"NAME": VAR_DIR / f"test_meridian_{os.getpid()}.sqlite3"},
         }
     }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
