@@ -10,7 +10,9 @@ from typing import Any
 import pytest
 from django.core.management import CommandError, call_command
 
+from console.management.commands.simulate import Command
 from sim.des.experiments import EXPERIMENTS, experiment
+from sim.des.plan import build_plan
 
 SMALL = [
     "--workload",
@@ -104,3 +106,18 @@ def test_experiments_plan_the_papers_runs(name: str) -> None:
     }  # fmt: skip
     assert len(labels) == expected[name] == len(set(labels))
     assert all(config.duration_s == 60.0 for _, config in plan.runs)
+
+
+def test_the_documented_command_line_reproduces_a_preset_run() -> None:
+    # docs/results.md varies one preset run from the command line: it must be the same run.
+    argv = [
+        "--workload", "tot:branching=2,depth=4", "--policies", "skylb",
+        "--replicas", "us-east=4,eu-west=4,ap-southeast=4",
+        "--clients", "us-east=40,eu-west=20,ap-southeast=20", "--duration", "300", "--seed", "1",
+    ]  # fmt: skip
+    parser = Command().create_parser("manage.py", "simulate")
+    options = vars(parser.parse_args(argv))
+    ((_, from_cli),) = build_plan({**options, "param": dict(options["param"])}).runs
+    *_, (label, preset) = experiment("fig8-tot", 300.0, seed=1).runs
+    assert label == "SkyLB"
+    assert from_cli == preset
