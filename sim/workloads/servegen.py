@@ -199,9 +199,12 @@ class ServeGenTrace:
 
     def _program(self, index: int, at: float, chunk: int, k: int) -> Program:
         c = self.config
-        rng = seeded("servegen-request", c.seed, chunk, k)
+        # The start is part of the tag: regions replaying shifted copies of one trace
+        # must not send each other's prompts.
+        start = int(c.start_s)
+        rng = seeded("servegen-request", c.seed, start, chunk, k)
         prompt_len, output_len = self._lengths(rng, chunk, at)
-        prompt = tagged_text(f"sg{chunk}x{k}", rng, prompt_len)
+        prompt = tagged_text(f"sg{chunk}s{start}x{k}", rng, prompt_len)
         step = Step(kind=ApiKind.COMPLETION, prompt=prompt, max_tokens=output_len, ignore_eos=True)
         return Program(program_id=index, session_key=f"client-{chunk}", steps=(step,), start=at)
 

@@ -114,3 +114,10 @@ def test_the_registry_reads_a_directory_with_options(trace_dir: Path) -> None:
         parse_workload(f"servegen:{trace_dir}/missing", seed=0)
     with pytest.raises(WorkloadSpecError, match="bad option"):
         parse_workload(f"servegen:{trace_dir}@speedup=2", seed=0)
+
+
+def test_shifted_copies_never_share_a_prompt(trace_dir: Path) -> None:
+    trace = ServeGenTrace(trace_dir)
+    here = {p.steps[0].prompt.split()[0] for p in trace.programs()}
+    there = {p.steps[0].prompt.split()[0] for p in trace.shifted(600.0).programs()}
+    assert here and there and not here & there
