@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import multiprocessing
 import resource
+import sys
 from dataclasses import dataclass
 from typing import Any, TextIO
 
@@ -117,3 +118,14 @@ def run(options: dict[str, Any], stdout: TextIO) -> None:
             f"{m.requests_per_wall_s:>11.0f}{m.events:>10}{m.us_per_event:>9.1f}"
             f"{m.engine_steps:>10}{m.probes:>9}{m.peak_rss_mib:>9.0f}\n"
         )
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m console.bench.sim``: the same table without Django."""
+    parser = argparse.ArgumentParser(prog="python -m console.bench.sim", description=__doc__)
+    add_arguments(parser)
+    run(vars(parser.parse_args(argv)), sys.stdout)
+
+
+if __name__ == "__main__":
+    main()
