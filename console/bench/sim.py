@@ -114,7 +114,7 @@ def run(options: dict[str, Any], stdout: TextIO) -> None:
         with context.Pool(1) as pool:
             m = pool.apply(measure, (label, config))
         stdout.write(
-            f"{m.label:<28}{m.requests:>9}{m.virtual_s:>10.0f}{m.wall_s:>8.1f}"
+            f"{m.label:<28}{m.requests:>9}{m.virtual_s:>10.0f}{m.wall_s:>8.2f}"
             f"{m.requests_per_wall_s:>11.0f}{m.events:>10}{m.us_per_event:>9.1f}"
             f"{m.engine_steps:>10}{m.probes:>9}{m.peak_rss_mib:>9.0f}\n"
         )
