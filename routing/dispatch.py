@@ -42,7 +42,7 @@ from routing.core import errors
 from routing.core.leases import Lease
 from routing.core.openai_request import CompletionRequest
 from routing.core.pending_queue import QueueFullError
-from routing.core.remote import PeerLink, Placement, place
+from routing.core.remote import PeerLink, Placement, place, worth_waiting
 from routing.core.sse import SseRelay, Usage
 from routing.core.types import RequestDescriptor
 from routing.queue_pump import Waiter
@@ -126,7 +126,7 @@ class Dispatcher:
             )
             if placed is not None:
                 return placed
-        if not self._worth_waiting(call, tried):
+        if not worth_waiting(call.descriptor, self.rt.router, self.rt.remote, tried):
             return None
         waiter = Waiter(asyncio.get_running_loop().create_future(), tried, tried_peers)
         now = self.rt.loop.time()
@@ -149,15 +149,6 @@ class Dispatcher:
             elif _delivered(waiter.future):
                 waiter.future.result().lease.release(ok=False)
             raise
-
-    def _worth_waiting(self, call: ProxyCall, tried: frozenset[str]) -> bool:
-        """Something healthy could take the request once it is available again."""
-        model = call.request.model
-        local = any(
-            t.model == model and t.healthy and t.target_id not in tried
-            for t in self.rt.router.targets()
-        )
-        return local or (not call.descriptor.forwarded and self.rt.remote.has_healthy(model))
 
     # -- one attempt --------------------------------------------------------------------
 

@@ -45,7 +45,7 @@ from routing.core.peers import Heartbeat
 from routing.core.pending_queue import RegionalQueues
 from routing.core.policy import Policy
 from routing.core.registry import UnknownPolicyError, build_policy, remote_policy_name
-from routing.core.remote import RemoteRouter
+from routing.core.remote import RemoteRouter, availability_report
 from routing.core.router import LocalRouter
 from routing.core.tokenizer import Tokenizer, build_tokenizer
 from routing.core.topology import TopologySnapshot
@@ -290,19 +290,14 @@ class BalancerRuntime:
     def heartbeat(self, snapshot: TopologySnapshot) -> Heartbeat:
         """This balancer's availability report (Algorithm 1, lines 9-10): available
         replicas and queue length per model, for peers and for Redis."""
-        healthy, available = self.router.counts()
-        lengths = self.queues.lengths()
-        return Heartbeat(
+        return availability_report(
             balancer=snapshot.balancer,
             region=snapshot.region,
             url=snapshot.url,
             ts=time.time(),
-            healthy_replicas=healthy,
-            available_replicas=available,
-            inflight=self.inflight(),
-            queue=sum(lengths.values()),
-            models=self.router.available_by_model(),
-            queues=lengths,
+            local=self.router,
+            remote=self.remote,
+            queue_lengths=self.queues.lengths(),
         )
 
     def inflight(self) -> int:

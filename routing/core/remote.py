@@ -269,3 +269,43 @@ def nothing_available(model: str, local: LocalRouter, remote: RemoteRouter) -> b
 
 def _rtt(spec: PeerSpec) -> float:
     return math.inf if math.isnan(spec.rtt_ms) else spec.rtt_ms
+
+
+def worth_waiting(
+    request: RequestDescriptor, local: LocalRouter, remote: RemoteRouter, tried: frozenset[str]
+) -> bool:
+    """Whether a request nothing can take now should queue: something healthy could
+    take it once available again (a replica not yet tried, or, for a request not
+    forwarded to us, a peer with healthy replicas); otherwise it is refused at once."""
+    if any(
+        t.model == request.model and t.healthy and t.target_id not in tried for t in local.targets()
+    ):
+        return True
+    return not request.forwarded and remote.has_healthy(request.model)
+
+
+def availability_report(
+    *,
+    balancer: str,
+    region: str,
+    url: str,
+    ts: float,
+    local: LocalRouter,
+    remote: RemoteRouter,
+    queue_lengths: Mapping[str, int],
+) -> Heartbeat:
+    """This balancer's availability for peers (Algorithm 1, lines 9-10): available
+    replicas and queue length per model, with totals."""
+    healthy, available = local.counts()
+    return Heartbeat(
+        balancer=balancer,
+        region=region,
+        url=url,
+        ts=ts,
+        healthy_replicas=healthy,
+        available_replicas=available,
+        inflight=local.ledger.total + remote.ledger.total,
+        queue=sum(queue_lengths.values()),
+        models=local.available_by_model(),
+        queues=dict(queue_lengths),
+    )

@@ -34,7 +34,14 @@ from routing.core.leases import Lease
 from routing.core.peers import Heartbeat
 from routing.core.pending_queue import QueuedRequest, QueueFullError, RegionalQueues
 from routing.core.registry import build_policy, remote_policy_name
-from routing.core.remote import Placement, RemoteRouter, nothing_available, place
+from routing.core.remote import (
+    Placement,
+    RemoteRouter,
+    availability_report,
+    nothing_available,
+    place,
+    worth_waiting,
+)
 from routing.core.router import LocalRouter
 from routing.core.topology import ModelSpec, PeerSpec, ReplicaSpec
 from sim.des.calls import (
@@ -112,19 +119,14 @@ class SimBalancer:
 
     def heartbeat(self) -> Heartbeat:
         """The availability report (Algorithm 1, lines 9-10), as ``runtime.heartbeat``."""
-        healthy, available = self.router.counts()
-        lengths = self.queues.lengths()
-        return Heartbeat(
+        return availability_report(
             balancer=self.name,
             region=self.region,
             url=f"sim://{self.name}",
             ts=self.loop.now,
-            healthy_replicas=healthy,
-            available_replicas=available,
-            inflight=self.router.ledger.total + self.remote.ledger.total,
-            queue=sum(lengths.values()),
-            models=self.router.available_by_model(),
-            queues=lengths,
+            local=self.router,
+            remote=self.remote,
+            queue_lengths=self.queues.lengths(),
         )
 
     # -- the request path (routing.dispatch) -------------------------------------------
@@ -139,7 +141,7 @@ class SimBalancer:
             if placement is not None:
                 self._start(call, placement)
                 return
-        if not self._worth_waiting(call):
+        if not worth_waiting(call.descriptor, self.router, self.remote, frozenset(call.tried)):
             call.on_done(refused(STATUS_UNAVAILABLE, "no healthy target"))
             return
         try:
@@ -158,15 +160,6 @@ class SimBalancer:
             tried=frozenset(call.tried),
             tried_peers=frozenset(call.tried_peers),
         )
-
-    def _worth_waiting(self, call: SimCall) -> bool:
-        # Mirrors Dispatcher._worth_waiting (glue): something healthy could take it later.
-        model = call.descriptor.model
-        local = any(
-            t.model == model and t.healthy and t.target_id not in call.tried
-            for t in self.router.targets()
-        )
-        return local or (not call.descriptor.forwarded and self.remote.has_healthy(model))
 
     def _start(self, call: SimCall, placement: Placement) -> None:
         call.attempts += 1

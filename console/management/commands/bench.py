@@ -18,7 +18,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-BENCHMARKS = ("routing", "proxy")
+BENCHMARKS = ("routing", "proxy", "sim")
 
 
 def _module(name: str) -> ModuleType:
