@@ -1,6 +1,6 @@
 from django.urls import path
 
-from console.views import charts, cost, drills, events, regions, replicas, service
+from console.views import charts, cost, drills, events, regions, replicas, service, simulations
 from console.views.cost_metrics import cost_metrics
 from console.views.overview import overview
 from console.views.topology import topology
@@ -25,6 +25,12 @@ urlpatterns = [
     path("console/drills", drills.drills, name="console-drills"),
     path("console/drills/<slug:name>", drills.run, name="console-drill-run"),
     path("console/service", service.service_settings, name="console-service"),
+    path("console/simulations", simulations.simulations, name="console-simulations"),
+    path(
+        "console/simulations/<str:name>",
+        simulations.simulation_report,
+        name="console-simulation-report",
+    ),
     path("console/service/<int:pk>/policy", service.change_policy, name="console-policy"),
     path(
         "console/service/<int:pk>/autoscaling",

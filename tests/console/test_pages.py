@@ -6,10 +6,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from django.contrib.auth.models import User
 from django.test import Client
 
-from console.demo import plan_demo, seed_demo
 from console.models import Event, Region, RegionLatency, Replica, ServiceConfig
 from tests.support.processes import free_port
 
@@ -22,16 +20,8 @@ PAGES = [
     "/console/events",
     "/console/drills",
     "/console/service",
+    "/console/simulations",
 ]
-
-
-@pytest.fixture
-def staff(client: Client) -> Client:
-    seed_demo(plan_demo("127.0.0.1", 8100, 9100))
-    Replica.objects.filter(name__in=["us-east-r1", "us-east-r2"]).update(state="ready")
-    User.objects.create_superuser("ops", "", "pw-for-tests")
-    client.login(username="ops", password="pw-for-tests")
-    return client
 
 
 @pytest.mark.django_db

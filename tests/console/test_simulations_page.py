@@ -1,0 +1,38 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from django.core.management import call_command
+from django.test import Client
+
+
+@pytest.fixture
+def var_dir(tmp_path: Path, settings) -> Path:  # type: ignore[no-untyped-def]
+    settings.VAR_DIR = tmp_path
+    return tmp_path
+
+
+@pytest.mark.django_db
+def test_the_last_simulations_are_listed_with_their_numbers_and_reports(
+    staff: Client, var_dir: Path
+) -> None:
+    assert "No simulation has been run yet" in staff.get("/console/simulations").content.decode()
+    call_command(
+        "simulate", "--workload", "conversations", "--policies", "ll,skylb",
+        "--replicas", "us-east=1,eu-west=1", "--clients", "4", "--duration", "5", "--seed", "3",
+    )  # fmt: skip
+    html = staff.get("/console/simulations").content.decode()
+    assert html.count('class="card simulation"') == 1
+    assert "<td>least_load</td>" in html and "<td>skylb</td>" in html
+    (report,) = (var_dir / "simulations").glob("*.html")
+    page = staff.get(f"/console/simulations/{report.name}")
+    assert page.status_code == 200 and page["Content-Type"].startswith("text/html")
+    assert b"plotly" in b"".join(page.streaming_content)
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("name", ["../secret_key", "nothing.html", "%2e%2e%2fsecret_key"])
+def test_only_saved_reports_are_served(staff: Client, var_dir: Path, name: str) -> None:
+    (var_dir / "secret_key").write_text("do not serve")
+    assert staff.get(f"/console/simulations/{name}").status_code == 404
