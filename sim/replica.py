@@ -296,11 +296,14 @@ class Replica:
     ) -> None:
         kind, created = request.kind, int(time.time())
         await send(_start(200, "text/event-stream; charset=utf-8"))
-        if kind == "chat":
-            await _sse(send, api.stream_chunk(kind, request_id, created, request.model, None, None))
         last = None
         while last is None or last.finish_reason is None:
             outputs = await _drain(queue)
+            if last is None and kind == "chat":
+                # vLLM sends the role chunk on the first engine output, i.e. after
+                # prefill: the first body byte marks the first token, as TTFT needs.
+                opening = api.stream_chunk(kind, request_id, created, request.model, None, None)
+                await _sse(send, opening)
             last = outputs[-1]
             text = self.engine.vocab.text([t for out in outputs for t in out.new_token_ids])
             finish = last.finish_reason.value if last.finish_reason else None

@@ -125,3 +125,19 @@ def test_idle_replicas_use_no_cpu_and_sigterm_stops_cleanly(processes: ProcessGr
     assert cpu_seconds(process.pid) - before < 0.2
     os.killpg(process.pid, signal.SIGTERM)
     assert process.wait(timeout=10) == 0
+
+
+def test_chat_stream_sends_nothing_before_the_first_token(faulty_b: str) -> None:
+    """As vLLM: the role chunk rides on the first engine output, so a proxy's first
+    body byte is the first token (TTFT) and a failure before it is still retryable."""
+    set_fault(faulty_b, "slow", factor=100_000.0)  # prefill now takes hours of wall time
+    body = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "stream": True}
+    timeout = httpx.Timeout(10.0, read=0.5)
+    url = f"{faulty_b}/v1/chat/completions"
+    with (
+        httpx.Client(timeout=timeout) as client,
+        client.stream("POST", url, json=body) as response,
+    ):
+        assert response.status_code == 200  # headers come at once
+        with pytest.raises(httpx.ReadTimeout):
+            next(response.iter_raw())
