@@ -31,6 +31,7 @@ PAGES = {
     "events": "/console/events",
     "drills": "/console/drills",
     "service": "/console/service",
+    "simulations": "/console/simulations",
 }
 FLAGS = (
     "--headless",
