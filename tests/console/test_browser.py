@@ -10,6 +10,7 @@ an anonymous browser is sent to the login page and its WebSocket is refused.
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -32,6 +33,10 @@ pytestmark = [
         not browser.available(), reason="needs /usr/bin/chromium (make test installs it)"
     ),
 ]
+if os.environ.get("CI") and not browser.available():
+    # CI must exercise the console as a person would: a missing browser is a failure.
+    pytest.fail("CI needs /usr/bin/chromium and chromium-driver", pytrace=False)
+
 REGIONS = {"us-east": 2, "eu-west": 1, "ap-southeast": 1}
 RTTS = {
     ("us-east", "eu-west"): 80.0,
