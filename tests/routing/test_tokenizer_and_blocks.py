@@ -63,3 +63,16 @@ def test_huggingface_tokenizer_json_is_pluggable(tmp_path: Path) -> None:
     tok = build_tokenizer(str(path))
     assert tok.encode("hello world unknown") == [1, 2, 0]
     assert tok.count("hello world") == 2
+
+
+def test_the_piece_id_cache_is_bounded_and_never_changes_an_id(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from routing.core import tokenizer as module
+
+    monkeypatch.setattr(module._IdCache, "MAX_PIECES", 8)
+    tok = WordTokenizer()
+    text = " ".join(f"w{i}" for i in range(50))
+    first = tok.encode(text)
+    assert len(tok._ids) <= 8
+    assert tok.encode(text) == first == WordTokenizer().encode(text)
