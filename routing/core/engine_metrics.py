@@ -27,8 +27,9 @@ means the endpoint is not an engine (``MetricsFormatError``).
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass
+
+from routing.core.prom_text import parse
 
 RUNNING = ("vllm:num_requests_running", "sglang:num_running_reqs")
 WAITING = ("vllm:num_requests_waiting", "sglang:num_queue_reqs")
@@ -47,11 +48,6 @@ PREFIX_HITS = (
 )
 
 # name, optional {labels}, value, optional timestamp.
-_SAMPLE_RE = re.compile(
-    r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)"
-    r"(?:\{(?P<labels>(?:[^}\"]|\"(?:[^\"\\]|\\.)*\")*)\})?"
-    r"\s+(?P<value>\S+)(?:\s+-?\d+)?\s*$"
-)
 
 
 class MetricsFormatError(ValueError):
@@ -77,18 +73,8 @@ class EngineLoad:
 def parse_samples(text: str) -> dict[str, list[float]]:
     """Every sample value by metric name (label sets flattened into the list)."""
     samples: dict[str, list[float]] = {}
-    for raw in text.splitlines():
-        line = raw.strip()
-        if not line or line.startswith("#"):
-            continue
-        match = _SAMPLE_RE.match(line)
-        if match is None:
-            continue
-        try:
-            value = float(match["value"])
-        except ValueError:
-            continue
-        samples.setdefault(match["name"], []).append(value)
+    for sample in parse(text):
+        samples.setdefault(sample.name, []).append(sample.value)
     return samples
 
 

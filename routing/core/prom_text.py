@@ -1,0 +1,56 @@
+"""Prometheus text exposition, parsed once for everyone: balancers read engines'
+``/metrics`` with it, the control plane reads balancers' (pure, no I/O)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+_SAMPLE_RE = re.compile(
+    r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)"
+    r"(?:\{(?P<labels>(?:[^}\"]|\"(?:[^\"\\]|\\.)*\")*)\})?"
+    r"\s+(?P<value>\S+)(?:\s+-?\d+)?\s*$"
+)
+_LABEL_RE = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*,?')
+_UNESCAPE = {"\\\\": "\\", '\\"': '"', "\\n": "\n"}
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    name: str
+    labels: tuple[tuple[str, str], ...]
+    value: float
+
+    def label(self, name: str, default: str = "") -> str:
+        return dict(self.labels).get(name, default)
+
+    @property
+    def key(self) -> str:
+        """A stable string naming the series (kept in Redis between scrapes)."""
+        inner = ",".join(f"{k}={v}" for k, v in self.labels)
+        return f"{self.name}|{inner}"
+
+
+def _unescape(value: str) -> str:
+    return re.sub(r"\\[\\\"n]", lambda m: _UNESCAPE[m.group(0)], value)
+
+
+def parse(text: str) -> list[Sample]:
+    """Every sample of ``text``; lines that are not samples are skipped."""
+    out = []
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        match = _SAMPLE_RE.match(line)
+        if match is None:
+            continue
+        try:
+            value = float(match["value"])
+        except ValueError:
+            continue
+        labels = tuple(
+            sorted((k, _unescape(v)) for k, v in _LABEL_RE.findall(match["labels"] or ""))
+        )
+        out.append(Sample(match["name"], labels, value))
+    return out
