@@ -20,6 +20,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from console.models import Balancer, Event
+from workers.health import after_probe
 
 
 @dataclass(frozen=True)
@@ -70,13 +71,14 @@ def _apply(result: BalancerProbeResult, failure_threshold: int) -> BalancerHealt
             return None  # deleted while we probed
         old = balancer.health
         balancer.last_probe_at = timezone.now()
-        if result.ok:
-            balancer.consecutive_failures = 0
-            new = Balancer.Health.HEALTHY
-        else:
-            balancer.consecutive_failures += 1
-            failing = balancer.consecutive_failures >= failure_threshold
-            new = Balancer.Health.UNHEALTHY if failing else old
+        new, balancer.consecutive_failures = after_probe(
+            result.ok,
+            current=old,
+            failures=balancer.consecutive_failures,
+            threshold=failure_threshold,
+            healthy=Balancer.Health.HEALTHY,
+            unhealthy=Balancer.Health.UNHEALTHY,
+        )
         balancer.health = new
         balancer.save(update_fields=["health", "last_probe_at", "consecutive_failures"])
         if new == old:

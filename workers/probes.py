@@ -23,6 +23,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from console.models import Event, Replica, ServiceConfig
+from workers.health import after_probe
 
 # States whose replicas are probed; drained, terminated and preempted ones are not ours to revive.
 PROBED_STATES = (Replica.State.STARTING, Replica.State.READY, Replica.State.FAILED)
@@ -109,13 +110,14 @@ def _apply(result: ProbeResult, failure_threshold: int) -> ProbeTransition | Non
             return None  # removed or drained while we probed
         old_state = replica.state
         replica.last_probe_at = timezone.now()
-        if result.ok:
-            replica.consecutive_failures = 0
-            new_state = Replica.State.READY
-        else:
-            replica.consecutive_failures += 1
-            failing = replica.consecutive_failures >= failure_threshold
-            new_state = Replica.State.FAILED if failing else old_state
+        new_state, replica.consecutive_failures = after_probe(
+            result.ok,
+            current=old_state,
+            failures=replica.consecutive_failures,
+            threshold=failure_threshold,
+            healthy=Replica.State.READY,
+            unhealthy=Replica.State.FAILED,
+        )
         if new_state != old_state:
             replica.state = new_state
             replica.state_changed_at = replica.last_probe_at
