@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from django.conf import settings
@@ -35,3 +37,39 @@ def django_subprocess_env(redis_server: EmbeddedRedis, db: None) -> dict[str, st
     database and Redis this test uses.  Pair it with ``django_db(transaction=True)`` so
     what the test writes is committed and visible to the child."""
     return child_process_env(redis_server.url)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _release_test_database(django_db_setup: None, django_db_blocker: Any) -> Iterator[None]:
+    """On PostgreSQL, end sessions still open on the test database before pytest-django
+    drops it (DROP DATABASE refuses while anyone is connected).  Worker threads of this
+    process (asgiref's executors under async tests and consumers) keep a persistent
+    connection each (CONN_MAX_AGE); a child process that outlived its test would too,
+    so each session is reported with the process that holds it."""
+    yield
+    with django_db_blocker.unblock():
+        from django.db import connection
+
+        if connection.vendor != "postgresql":
+            return
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT pid, client_port, state, left(query, 120) FROM pg_stat_activity"
+                " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
+            for backend, port, state, query in cursor.fetchall():
+                owner = _process_on_port(port)
+                sys.stderr.write(
+                    f"\nending a leftover session on the test database ({state}, last query "
+                    f"{query!r}) held by: {owner}\n"
+                )
+                cursor.execute("SELECT pg_terminate_backend(%s)", [backend])
+
+
+def _process_on_port(port: int | None) -> str:
+    import psutil
+
+    for conn in psutil.net_connections(kind="tcp"):
+        if port and conn.laddr and conn.laddr.port == port and conn.pid:
+            return " ".join(psutil.Process(conn.pid).cmdline())[:300]
+    return "an unknown process"
