@@ -1,5 +1,1 @@
-"""Meridian's Django project and operator console."""
-
-from console.celery import app as celery_app
-
-__all__ = ["celery_app"]
+"""The operator console: pages, WebSocket consumers, the live feed and forms."""

@@ -8,7 +8,7 @@ from typing import Any
 from django import forms
 from django.conf import settings
 
-from console.models import Balancer, Region, RegionLatency, Replica, ServiceConfig, Zone
+from fleet.models import Balancer, Region, RegionLatency, Replica, ServiceConfig, Zone
 from routing.core.registry import policy_names
 from workers.probes import probe_url
 

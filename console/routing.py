@@ -1,4 +1,4 @@
-"""WebSocket URLs of the console (``console.asgi`` routes ``websocket`` here)."""
+"""WebSocket URLs of the console (``meridian.asgi`` routes ``websocket`` here)."""
 
 from __future__ import annotations
 

@@ -21,7 +21,7 @@ import time
 from channels.db import database_sync_to_async
 from django.db.models import Q
 
-from console.models import ApiKey, Balancer, RegionLatency, Replica, ServiceConfig
+from fleet.models import ApiKey, Balancer, RegionLatency, Replica, ServiceConfig
 from routing.core.availability import (
     PUSH_BUDGET_KEY,
     PUSHING_KEY,

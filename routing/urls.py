@@ -1,6 +1,6 @@
 """The balancer's routes: the OpenAI-compatible API and the operator endpoints.
 
-Included at the site root by ``console.urls``; paths have no trailing slash, as
+Included at the site root by ``meridian.urls``; paths have no trailing slash, as
 the OpenAI API's do, so SDK calls never hit a redirect.
 """
 

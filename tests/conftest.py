@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from django.conf import settings
 
-from console.embedded_redis import EmbeddedRedis, ensure_redis
+from ops.embedded_redis import EmbeddedRedis, ensure_redis
 from tests.support.django_env import child_process_env
 from tests.support.processes import ProcessGroup
 

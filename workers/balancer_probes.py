@@ -19,7 +19,7 @@ import httpx
 from django.db import transaction
 from django.utils import timezone
 
-from console.models import Balancer, Event
+from fleet.models import Balancer, Event
 from workers.health import after_probe
 
 

@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 
 import redis
 
-from console.models import Balancer, Event
+from fleet.models import Balancer, Event
 from routing.core.peers import Heartbeat, heartbeat_key
 
 

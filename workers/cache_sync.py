@@ -24,7 +24,7 @@ import httpx
 from celery import shared_task
 from django.conf import settings
 
-from console.models import Balancer
+from fleet.models import Balancer
 
 SYNC_PATH = "/internal/cache_sync"
 

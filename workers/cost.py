@@ -16,7 +16,7 @@ from decimal import Decimal
 from django.conf import settings
 from django.db.models import Q
 
-from console.models import MetricRollup, Replica, ServiceConfig
+from fleet.models import MetricRollup, Replica, ServiceConfig
 from workers.scaling.costing import (
     BilledSpan,
     PeakProvisioning,

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 from django.db import transaction
 
-from console.models import Balancer, Event, Region, Replica
+from fleet.models import Balancer, Event, Region, Replica
 from workers.ownership import LatencyMap, home_is_live, is_live, nearest_live_balancer
 
 logger = logging.getLogger(__name__)

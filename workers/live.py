@@ -24,7 +24,7 @@ from django.conf import settings
 from console.live.messages import LIVE_GROUP, SNAPSHOT_TYPE
 from console.live.publish import send
 from console.live.snapshot import BalancerRow, ReplicaRow, TickInputs, build_snapshot
-from console.models import Balancer, Region, Replica
+from fleet.models import Balancer, Region, Replica
 from routing.core.peers import Heartbeat, heartbeat_key
 from workers.rollups import LATEST_KEY
 

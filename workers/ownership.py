@@ -19,7 +19,7 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from console.models import Balancer, Region, RegionLatency, Replica
+from fleet.models import Balancer, Region, RegionLatency, Replica
 
 
 @dataclass(frozen=True)

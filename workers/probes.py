@@ -22,7 +22,7 @@ import httpx
 from django.db import transaction
 from django.utils import timezone
 
-from console.models import Event, Replica, ServiceConfig
+from fleet.models import Event, Replica, ServiceConfig
 from workers.health import after_probe
 
 # States whose replicas are probed; drained, terminated and preempted ones are not ours to revive.

@@ -25,7 +25,7 @@ import redis
 from django.db import transaction
 from django.utils import timezone
 
-from console.models import Balancer, MetricRollup
+from fleet.models import Balancer, MetricRollup
 from workers.promtext import Sample, counter_deltas, parse
 from workers.rollup_math import (
     REPLICA_REQUESTS,

@@ -12,7 +12,7 @@ from typing import Any, TypedDict
 
 LIVE_GROUP = "console.live"
 EVENTS_GROUP = "console.events"
-DRILLS_GROUP = "console.drills"
+DRILLS_GROUP = "ops.drills"
 ALL_GROUPS = (LIVE_GROUP, EVENTS_GROUP, DRILLS_GROUP)
 
 # Channel-layer ``type`` values map to consumer methods (dots become underscores).

@@ -25,7 +25,7 @@ from console.live.messages import (
     EventPayload,
     message,
 )
-from console.models import Event
+from fleet.models import Event
 
 logger = logging.getLogger(__name__)
 

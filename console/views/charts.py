@@ -13,7 +13,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 from django.utils import timezone
 
-from console.models import Event, MetricRollup
+from fleet.models import Event, MetricRollup
 
 RANGES_MIN = (15, 60, 360, 1440, 10080)
 MAX_POINTS = 2000  # per region; rows are thinned evenly beyond this

@@ -12,7 +12,7 @@ from django.shortcuts import render
 from django.utils import timezone
 
 from console.cost_view import PricedReplica, RegionLoad, savings_series, summarize
-from console.models import MetricRollup, Replica, ServiceConfig
+from fleet.models import MetricRollup, Replica, ServiceConfig
 from workers.cost import cost_summary
 
 WINDOW = timedelta(days=1)

@@ -1,7 +1,7 @@
 """Every drill the project has, discovered from its ``drill_*`` management commands.
 
 A drill command exposes ``prepare(options) -> (plan, region, model)`` (see
-``console.drills.cli``); the console builds the same plan from the same parser, so a
+``ops.drills.cli``); the console builds the same plan from the same parser, so a
 button and ``manage.py drill_…`` run one code path, and a new drill command shows up
 here without this module changing.  Its form is derived from the command's
 arguments: a target picked from the topology (``--replica``, ``--zone``,
@@ -22,10 +22,10 @@ from django.core.management import get_commands, load_command_class
 from django.core.management.base import BaseCommand, CommandError
 from django.db import connection
 
-from console.drills.runner import DrillOptions, run_drill
-from console.drills.targets import DrillError
 from console.live.publish import publish_drill
-from console.models import Balancer, Region, Replica, Zone
+from fleet.models import Balancer, Region, Replica, Zone
+from ops.drills.runner import DrillOptions, run_drill
+from ops.drills.targets import DrillError
 from workers.ownership import serving_balancer_url
 
 # Arguments every Django command has, and the CLI's traffic options.

@@ -10,8 +10,8 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
-from console.models import DrillRun
 from console.views.drill_catalog import drill_argv, drill_specs, start_drill
+from fleet.models import DrillRun
 
 
 @staff_member_required

@@ -9,7 +9,7 @@ from django.contrib.admin.views.decorators import staff_member_required
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
-from console.models import Balancer, Event, Region, RegionLatency, Replica
+from fleet.models import Balancer, Event, Region, RegionLatency, Replica
 
 
 @dataclass

@@ -13,8 +13,8 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
 from console.forms import BalancerForm, LatencyForm, RegionForm, ZoneForm
-from console.models import Balancer, Region, RegionLatency, Zone
 from console.views.topology import topology_document
+from fleet.models import Balancer, Region, RegionLatency, Zone
 
 FORMS: dict[str, Any] = {
     "region": RegionForm,

@@ -5,16 +5,18 @@ from __future__ import annotations
 
 from django.contrib import messages
 from django.contrib.admin.views.decorators import staff_member_required
-from django.db import transaction
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
-from django.utils import timezone
 from django.views.decorators.http import require_POST
 
-from console.drills.replicas import drain_replica, undrain_replica
-from console.drills.targets import DrillError
 from console.forms import AddReplicaForm
-from console.models import Event, Replica
+from fleet.models import Event, Replica
+from workers.replica_states import (
+    ReplicaStateError,
+    drain_replica,
+    remove_replica,
+    undrain_replica,
+)
 
 
 @staff_member_required
@@ -47,30 +49,9 @@ def replica_action(request: HttpRequest, name: str, action: str) -> HttpResponse
         elif action == "remove":
             remove_replica(name, actor=request.user.get_username())
         else:
-            raise DrillError(f"unknown action {action!r}")
-    except DrillError as exc:
+            raise ReplicaStateError(f"unknown action {action!r}")
+    except ReplicaStateError as exc:
         messages.error(request, str(exc))
     else:
         messages.success(request, f"{name}: {action} done")
     return redirect("console-replicas")
-
-
-def remove_replica(name: str, *, actor: str) -> None:
-    """Terminate: balancers drop it at their next topology refresh; the row stays as
-    history (its spend, its rollups)."""
-    with transaction.atomic():
-        replica = Replica.objects.select_for_update().filter(name=name).first()
-        if replica is None:
-            raise DrillError(f"no replica named {name!r}")
-        if replica.state == Replica.State.TERMINATED:
-            raise DrillError(f"{name} is already terminated")
-        old = replica.state
-        replica.state, replica.state_changed_at = Replica.State.TERMINATED, timezone.now()
-        replica.save(update_fields=["state", "state_changed_at"])
-        Event.record(
-            "replica_removed",
-            f"{name} removed by the operator",
-            subject=name,
-            previous=old,
-            actor=actor,
-        )

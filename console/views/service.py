@@ -1,5 +1,5 @@
 """Service settings: each model's routing policy and parameters (validated as the
-balancers will build them, ``console.policy_config``) and its autoscaling knobs.
+balancers will build them, ``workers.policy_config``) and its autoscaling knobs.
 Balancers pick changes up at their next topology refresh; every change is an Event."""
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
 from console.forms import AutoscalingForm, PolicyForm
-from console.models import Event, ServiceConfig
-from console.policy_config import PolicyConfigError, set_policy
+from fleet.models import Event, ServiceConfig
 from routing.core.registry import policy_defaults, policy_names
+from workers.policy_config import PolicyConfigError, set_policy
 
 
 def _context(bound: dict[str, BaseForm] | None = None) -> dict[str, Any]:

@@ -19,7 +19,7 @@ from typing import Any
 from django.http import HttpRequest, JsonResponse
 from django.utils import timezone
 
-from console.models import ApiKey, Balancer, Region, Replica, hash_api_key
+from fleet.models import ApiKey, Balancer, Region, Replica, hash_api_key
 from workers.ownership import RegionRoute, balancers_serving, region_routes
 
 

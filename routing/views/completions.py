@@ -17,7 +17,7 @@ import uuid
 from django.http import HttpRequest, HttpResponseBase
 from django.views.decorators.csrf import csrf_exempt
 
-from console.models import hash_api_key
+from fleet.models import hash_api_key
 from routing.core import errors
 from routing.core.errors import ApiError
 from routing.core.openai_request import Endpoint, describe, parse_request, session_key

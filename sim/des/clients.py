@@ -2,7 +2,7 @@
 
 The same ``sim.workloads`` objects the HTTP replayer uses (``Program``,
 ``Step.render``, ``ClosedLoopDispatcher``, ``OpenLoop``), driven in virtual time
-with ``console.replay.runner``'s rules: a step is sent once every step it waits
+with ``ops.replay.runner``'s rules: a step is sent once every step it waits
 on succeeded (its prompt quotes their replies; a failed dependency skips it),
 siblings go out together, and a closed-loop client takes its next program when
 its current one is done (SkyLB §5.1: "each client issues one program at a

@@ -6,8 +6,8 @@ import pytest
 from django.contrib.auth.models import User
 from django.test import Client
 
-from console.demo import plan_demo, seed_demo
-from console.models import Replica
+from fleet.models import Replica
+from ops.demo import plan_demo, seed_demo
 
 
 @pytest.fixture

@@ -20,8 +20,8 @@ import pytest
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import Select
 
-from console.embedded_redis import EmbeddedRedis
-from console.replay.service import demo_replay_argv
+from ops.embedded_redis import EmbeddedRedis
+from ops.replay.service import demo_replay_argv
 from tests.support import browser
 from tests.support.cluster import Cluster, running_cluster
 from tests.support.processes import ProcessGroup
@@ -179,7 +179,7 @@ def test_drill_button_preempts_a_replica_and_the_overview_shows_it(
     )
     driver.close()
     driver.switch_to.window(overview)
-    from console.models import DrillRun
+    from fleet.models import DrillRun
 
     with django_db_blocker.unblock():  # the button ran the command's drill: same record
         run = DrillRun.objects.filter(kind=DrillRun.Kind.PREEMPT).first()

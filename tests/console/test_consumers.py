@@ -11,10 +11,10 @@ from channels.testing import WebsocketCommunicator
 from django.contrib.auth.models import User
 from django.test import Client
 
-from console.asgi import application
-from console.embedded_redis import EmbeddedRedis
 from console.live.messages import LIVE_GROUP, SNAPSHOT_TYPE, message
-from console.models import Event
+from fleet.models import Event
+from meridian.asgi import application
+from ops.embedded_redis import EmbeddedRedis
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.anyio]
 ORIGIN = (b"origin", b"http://127.0.0.1")

@@ -18,8 +18,8 @@ import httpx
 import pytest
 import redis
 
-from console.embedded_redis import EmbeddedRedis
-from console.models import Balancer, Event, MetricRollup, Replica
+from fleet.models import Balancer, Event, MetricRollup, Replica
+from ops.embedded_redis import EmbeddedRedis
 from tests.routing.conftest import MODEL, client, eventually
 from tests.support.cluster import BALANCER_HEARTBEAT_TTL_S, Cluster, running_cluster
 from tests.support.processes import ProcessGroup

@@ -4,8 +4,8 @@ import pytest
 from django.contrib.auth.models import User
 from django.test import Client
 
-from console.demo import plan_demo, seed_demo
-from console.models import Event, Replica
+from fleet.models import Event, Replica
+from ops.demo import plan_demo, seed_demo
 
 
 @pytest.mark.django_db

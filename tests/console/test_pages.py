@@ -8,7 +8,7 @@ import json
 import pytest
 from django.test import Client
 
-from console.models import Event, Region, RegionLatency, Replica, ServiceConfig
+from fleet.models import Event, Region, RegionLatency, Replica, ServiceConfig
 from tests.support.processes import free_port
 
 PAGES = [

@@ -8,8 +8,8 @@ import pytest
 from django.contrib.auth.models import User
 from django.test import Client
 
-from console.demo import plan_demo, seed_demo
-from console.models import ApiKey, Balancer, Replica
+from fleet.models import ApiKey, Balancer, Replica
+from ops.demo import plan_demo, seed_demo
 from workers.failover import reconcile_ownership
 
 

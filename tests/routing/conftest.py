@@ -8,7 +8,7 @@ topology set by hand and its shared client replaced by an in-memory transport
 placed exactly (a 500 here, a reset there).
 
 Integration tests start real processes: emulated replicas (``python -m sim.serve``)
-and balancers (``daphne console.asgi:application`` with ``MERIDIAN_BALANCER``),
+and balancers (``daphne meridian.asgi:application`` with ``MERIDIAN_BALANCER``),
 sharing them across a module because each start costs a Django import.  The
 topology rows those processes read are written by ``TopologyFactory`` through
 ``django_db_blocker`` and committed at once (a module outlives any one test's
@@ -30,7 +30,7 @@ import httpx
 import openai
 import pytest
 
-from console.embedded_redis import EmbeddedRedis
+from ops.embedded_redis import EmbeddedRedis
 from routing.core.engine_metrics import parse_samples
 from routing.core.openai_request import Endpoint, describe, parse_request
 from routing.core.peers import Heartbeat
@@ -228,19 +228,19 @@ class TopologyFactory:
         return obj
 
     def region(self, name: str) -> Any:
-        from console.models import Region, Zone
+        from fleet.models import Region, Zone
 
         region = self._keep(Region.objects.create(name=name))
         Zone.objects.create(region=region, name=f"{name}-1")
         return region
 
     def latency(self, source: Any, target: Any, rtt_ms: float) -> None:
-        from console.models import RegionLatency
+        from fleet.models import RegionLatency
 
         RegionLatency.objects.create(source=source, target=target, rtt_ms=rtt_ms)
 
     def balancer(self, name: str, region: Any, port: int) -> Any:
-        from console.models import Balancer
+        from fleet.models import Balancer
 
         return Balancer.objects.create(name=name, region=region, url=f"http://127.0.0.1:{port}")
 
@@ -254,7 +254,7 @@ class TopologyFactory:
         balancer: Any = None,
         model: str = MODEL,
     ) -> Any:
-        from console.models import Replica
+        from fleet.models import Replica
 
         return Replica.objects.create(
             name=name,
@@ -268,12 +268,12 @@ class TopologyFactory:
 
     def service(self, model: str = MODEL, policy: str = "least_load", **fields: Any) -> Any:
         """A ServiceConfig; ``fields`` sets the rest (policy_params, queue bounds)."""
-        from console.models import ServiceConfig
+        from fleet.models import ServiceConfig
 
         return self._keep(ServiceConfig.objects.create(model_name=model, policy=policy, **fields))
 
     def api_key(self, name: str = "tests") -> str:
-        from console.models import ApiKey
+        from fleet.models import ApiKey
 
         key, raw = ApiKey.issue(name)
         self._keep(key)
@@ -343,7 +343,7 @@ def start_balancer(
         "MERIDIAN_AVAILABILITY_TTL_S": "2",
         **overrides,
     }
-    argv = ["-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "console.asgi:application"]
+    argv = ["-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "meridian.asgi:application"]
     process = group.python(name, *argv, env=full_env)
     url = f"http://127.0.0.1:{port}"
     wait_http(f"{url}/health", process=process, timeout=30)

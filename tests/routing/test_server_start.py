@@ -2,7 +2,7 @@
 
 A balancer that only woke up on its first request would send no heartbeat after a
 restart and look dead to peers and the failover controller until a client called it.
-The argv is the one ``make run`` uses (``console.stack.plan.balancer_argv``).
+The argv is the one ``make run`` uses (``ops.stack.plan.balancer_argv``).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import pytest
 import redis
 from django.conf import settings
 
-from console.stack.plan import BALANCER_SERVERS, balancer_argv
+from ops.stack.plan import BALANCER_SERVERS, balancer_argv
 from routing.core.peers import heartbeat_key
 from tests.routing.conftest import MODEL, TopologyFactory, client, eventually, start_replicas
 from tests.support.processes import ProcessGroup, free_port

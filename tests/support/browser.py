@@ -83,7 +83,7 @@ def text_of(driver: WebDriver, css: str) -> str:
 def start_console(group: ProcessGroup, env: dict[str, str]) -> str:
     """A daphne console process (HTTP + the live WebSocket); returns its URL."""
     port = free_port()
-    argv = ["-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "console.asgi:application"]
+    argv = ["-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "meridian.asgi:application"]
     process = group.python("console", *argv, env=env)
     url = f"http://127.0.0.1:{port}"
     wait_http(f"{url}/admin/login/", process=process, timeout=60)
@@ -94,7 +94,7 @@ def start_worker(group: ProcessGroup, env: dict[str, str], schedule_dir: Path) -
     """Celery worker with embedded beat, on its own queue so that no other worker
     sharing this Redis takes its tasks."""
     argv = [
-        "-m", "celery", "-A", "console", "worker", "--beat", "--concurrency", "2",
+        "-m", "celery", "-A", "meridian", "worker", "--beat", "--concurrency", "2",
         "--loglevel", "WARNING", "--schedule", str(schedule_dir / "celerybeat-schedule"),
         "-Q", env["MERIDIAN_CELERY_QUEUE"],
     ]  # fmt: skip

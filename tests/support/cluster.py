@@ -86,7 +86,7 @@ def _populate(
     rtts: dict[tuple[str, str], float],
     policy: str,
 ) -> None:
-    from console.models import ServiceConfig
+    from fleet.models import ServiceConfig
 
     rows = {name: cluster.factory.region(name) for name in regions}
     for (a, b), ms in rtts.items():
@@ -109,7 +109,7 @@ def _populate(
 
 
 def teardown(cluster: Cluster) -> None:
-    from console.models import ApiKey, DrillRun, Event, MetricRollup
+    from fleet.models import ApiKey, DrillRun, Event, MetricRollup
 
     cluster.group.stop_all()
     cluster.factory.delete_all()

@@ -14,7 +14,7 @@ def child_process_env(redis_url: str) -> dict[str, str]:
 
     db = connection.settings_dict
     env = {
-        "DJANGO_SETTINGS_MODULE": "console.settings",
+        "DJANGO_SETTINGS_MODULE": "meridian.settings",
         "MERIDIAN_VAR_DIR": str(settings.VAR_DIR),
         "REDIS_URL": redis_url,
     }

@@ -9,7 +9,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from console.models import Balancer, Region, RegionLatency, Replica, Zone
+from fleet.models import Balancer, Region, RegionLatency, Replica, Zone
 
 
 @dataclass

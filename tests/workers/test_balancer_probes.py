@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from console.models import Balancer, Event
+from fleet.models import Balancer, Event
 from tests.workers.conftest import FakeServer, Rows
 from workers.balancer_probes import probe_balancers
 from workers.tasks import probe_balancers as probe_balancers_task

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 import pytest
 import redis
 
-from console.models import Balancer, Event, Region
+from fleet.models import Balancer, Event, Region
 from routing.core.peers import Heartbeat, heartbeat_key
 from workers.balancers import sync_balancer_states
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from console.models import MetricRollup, Replica, ServiceConfig
+from fleet.models import MetricRollup, Replica, ServiceConfig
 from tests.workers.conftest import Rows
 from workers.cost import cost_summary
 from workers.scaling.costing import peak_provisioning

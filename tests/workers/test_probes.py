@@ -6,7 +6,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from console.models import Event, Region, Replica, Zone
+from fleet.models import Event, Region, Replica, Zone
 from workers.probes import probe_replicas
 from workers.tasks import probe_replicas as probe_replicas_task
 

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from console.models import Event, Replica, ServiceConfig
+from fleet.models import Event, Replica, ServiceConfig
 from tests.workers.conftest import FakeServer, Rows
 from workers.probes import probe_replicas
 

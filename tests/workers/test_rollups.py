@@ -11,8 +11,8 @@ import pytest
 import redis
 from django.utils import timezone
 
-from console.embedded_redis import EmbeddedRedis
-from console.models import MetricRollup
+from fleet.models import MetricRollup
+from ops.embedded_redis import EmbeddedRedis
 from tests.workers.conftest import FakeServer, Rows
 from workers.rollups import CHANNEL, LATEST_KEY, SCRAPE_KEY, prune_rollups, rollup_metrics
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from console.models import Event, MetricRollup, Replica, ServiceConfig, Zone
+from fleet.models import Event, MetricRollup, Replica, ServiceConfig, Zone
 from tests.workers.conftest import Rows
 from workers.providers.base import CloudProvider, Instance, LaunchSpec, Notice
 from workers.providers.static import StaticProvider

@@ -26,7 +26,7 @@ import httpx
 import pytest
 from django.utils import timezone
 
-from console.models import ApiKey, Balancer, Event, Region, Replica, ServiceConfig, Zone
+from fleet.models import ApiKey, Balancer, Event, Region, Replica, ServiceConfig, Zone
 from tests.routing.conftest import start_balancer
 from tests.support.processes import ProcessGroup, free_port
 from workers.cost import cost_summary

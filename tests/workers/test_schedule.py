@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from console.celery import app
+from meridian.celery import app
 from workers.schedule import beat_schedule
 
 

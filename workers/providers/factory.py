@@ -6,7 +6,7 @@ import time
 
 from django.conf import settings
 
-from console.models import Zone
+from fleet.models import Zone
 from workers.providers.base import CloudProvider
 from workers.providers.emulated import ColdStartModel, EmulatedCloudProvider, SpotMarket
 from workers.providers.static import StaticProvider

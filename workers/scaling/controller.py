@@ -18,7 +18,7 @@ from django.db.models import Q, Sum
 from django.utils import timezone
 from django.utils.text import slugify
 
-from console.models import Event, MetricRollup, Replica, ServiceConfig, Zone
+from fleet.models import Event, MetricRollup, Replica, ServiceConfig, Zone
 from workers.providers.base import CloudProvider, LaunchSpec, Notice
 from workers.scaling.autoscaler import AutoscalerConfig, AutoscalerState, RequestRateAutoscaler
 from workers.scaling.fleet import SPOT, Fleet, FleetReplica

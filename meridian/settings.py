@@ -1,0 +1,296 @@
+"""Meridian's one settings module: everything comes from the environment, with defaults
+that let `make run` work on a fresh machine (SQLite, local Redis, demo mode)."""
+
+from __future__ import annotations
+
+import os
+import secrets
+from pathlib import Path
+
+from meridian.env import (
+    env_bool,
+    env_float,
+    env_int,
+    env_list,
+    env_str,
+    parse_database_url,
+)
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = Path(env_str("MERIDIAN_VAR_DIR", str(BASE_DIR / "var")))
+VAR_DIR.mkdir(parents=True, exist_ok=True)
+
+
+def _secret_key() -> str:
+    """The configured key, or one generated once and kept in var/ so sessions survive restarts."""
+    configured = env_str("MERIDIAN_SECRET_KEY", "")
+    if configured:
+        return configured
+    path = VAR_DIR / "secret_key"
+    if not path.exists():
+        path.write_text(secrets.token_urlsafe(50))
+        path.chmod(0o600)
+    return path.read_text().strip()
+
+
+SECRET_KEY = _secret_key()
+DEBUG = env_bool("MERIDIAN_DEBUG", False)
+ALLOWED_HOSTS = env_list("MERIDIAN_ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]"])
+CSRF_TRUSTED_ORIGINS = env_list("MERIDIAN_CSRF_TRUSTED_ORIGINS", [])
+
+INSTALLED_APPS = [
+    "daphne",
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "channels",
+    "fleet",
+    "workers",
+    "console",
+    "ops",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "meridian.urls"
+ASGI_APPLICATION = "meridian.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+_database_url = env_str("DATABASE_URL", "")
+if _database_url:
+    DATABASES = {"default": parse_database_url(_database_url)}
+else:
+    DATABASES = {
+        "default": {
+            "ENGINE": "django.db.backends.sqlite3",
+            "NAME": VAR_DIR / "meridian.sqlite3",
+            # Several processes (balancers, worker, console) share the file: WAL lets
+            # readers proceed during a write, IMMEDIATE avoids upgrade deadlocks.
+            "OPTIONS": {
+                "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+                "transaction_mode": "IMMEDIATE",
+                "timeout": 20,
+            },
+            # A file (child processes of integration tests open it by path), one per
+            # test run so two suites on one checkout never drop each other's tables.
+            "TEST": {"NAME": VAR_DIR / f"test_meridian_{os.getpid()}.sqlite3"},
+        }
+    }
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = False
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = VAR_DIR / "staticfiles"
+LOGIN_URL = "/admin/login/"
+# daphne serves /static/ itself unless a front proxy does (MERIDIAN_SERVE_STATIC=false).
+MERIDIAN_SERVE_STATIC = env_bool("MERIDIAN_SERVE_STATIC", True)
+
+# Request bodies: the proxy enforces its own limit (413) before Django's form parsing.
+MERIDIAN_MAX_BODY_BYTES = env_int("MERIDIAN_MAX_BODY_BYTES", 4 * 1024 * 1024, minimum=1024)
+DATA_UPLOAD_MAX_MEMORY_SIZE = MERIDIAN_MAX_BODY_BYTES + 1024
+
+REDIS_URL = env_str("REDIS_URL", "redis://127.0.0.1:6379/0")
+
+CHANNEL_LAYERS = {
+    "default": {
+        "BACKEND": "channels_redis.core.RedisChannelLayer",
+        "CONFIG": {"hosts": [REDIS_URL], "prefix": "meridian:channels"},
+    }
+}
+
+CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", REDIS_URL)
+CELERY_RESULT_BACKEND = env_str("CELERY_RESULT_BACKEND", REDIS_URL)
+CELERY_TASK_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_TIMEZONE = "UTC"
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+
+# --- Meridian ---------------------------------------------------------------------------
+# Which balancer this process plays (its Balancer.name); empty in the console process.
+MERIDIAN_BALANCER = env_str("MERIDIAN_BALANCER", "")
+# Demo mode applies the emulated inter-region RTTs to balancer-to-balancer forwarding.
+MERIDIAN_DEMO = env_bool("MERIDIAN_DEMO", False)
+MERIDIAN_HASH_SEED = env_str("MERIDIAN_HASH_SEED", "meridian")
+MERIDIAN_TOKENIZER_JSON = env_str("MERIDIAN_TOKENIZER_JSON", "")
+# How often a balancer re-reads topology and API keys from the database (off the hot path).
+MERIDIAN_TOPOLOGY_REFRESH_S = env_float("MERIDIAN_TOPOLOGY_REFRESH_S", 2.0, minimum=0.1)
+# In-process replica /metrics probe period: SP-P selective pushing reads waiting requests
+# from it, so it is sub-second (routing.prober).
+MERIDIAN_PROBE_INTERVAL_S = env_float("MERIDIAN_PROBE_INTERVAL_S", 0.25, minimum=0.05)
+MERIDIAN_PROBE_TIMEOUT_S = env_float("MERIDIAN_PROBE_TIMEOUT_S", 1.0, minimum=0.05)
+MERIDIAN_HEARTBEAT_INTERVAL_S = env_float("MERIDIAN_HEARTBEAT_INTERVAL_S", 1.0, minimum=0.1)
+MERIDIAN_HEARTBEAT_TTL_S = env_float("MERIDIAN_HEARTBEAT_TTL_S", 5.0, minimum=0.5)
+MERIDIAN_UPSTREAM_CONNECT_TIMEOUT_S = env_float("MERIDIAN_UPSTREAM_CONNECT_TIMEOUT_S", 2.0)
+MERIDIAN_UPSTREAM_READ_TIMEOUT_S = env_float("MERIDIAN_UPSTREAM_READ_TIMEOUT_S", 300.0)
+MERIDIAN_MAX_ATTEMPTS = env_int("MERIDIAN_MAX_ATTEMPTS", 3, minimum=1)
+# Celery beat periods (seconds).
+MERIDIAN_PROBE_PERIOD_S = env_float("MERIDIAN_PROBE_PERIOD_S", 5.0, minimum=0.5)
+MERIDIAN_PROBE_FAILURE_THRESHOLD = env_int("MERIDIAN_PROBE_FAILURE_THRESHOLD", 2, minimum=1)
+MERIDIAN_BALANCER_SYNC_PERIOD_S = env_float("MERIDIAN_BALANCER_SYNC_PERIOD_S", 2.0, minimum=0.5)
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": env_str("MERIDIAN_LOG_LEVEL", "INFO")},
+    "loggers": {
+        "django.channels.server": {"level": "WARNING"},
+        "daphne": {"level": "WARNING"},
+        "httpx": {"level": "WARNING"},
+        # The openai client logs every request through its own httpx fork.
+        "httpx2": {"level": "WARNING"},
+    },
+}
+
+# --- Regional balancer (routing/) -----------------------------------------------------
+# Requests one balancer may have outstanding on one replica before it counts as
+# unavailable (SkyLB's SP-O availability rule); then the balancer forwards or answers 429.
+MERIDIAN_REPLICA_MAX_OUTSTANDING = env_int("MERIDIAN_REPLICA_MAX_OUTSTANDING", 32, minimum=1)
+# Retry-After (seconds) sent with 429 (at capacity) and 503 (nothing healthy) answers.
+MERIDIAN_RETRY_AFTER_S = env_int("MERIDIAN_RETRY_AFTER_S", 1, minimum=1)
+# A peer balancer is available for forwarding while it reports an available replica and
+# at most this many requests in its queue (SkyLB's τ, Algorithm 1 line 12).
+MERIDIAN_PEER_QUEUE_BUFFER = env_int("MERIDIAN_PEER_QUEUE_BUFFER", 1, minimum=0)
+
+# --- Control plane (workers/, console/drills/) ------------------------------------------
+# Celery beat periods (seconds); each entry expires at 80 % of its period (workers.schedule).
+MERIDIAN_BALANCER_PROBE_PERIOD_S = env_float("MERIDIAN_BALANCER_PROBE_PERIOD_S", 5.0, minimum=0.5)
+MERIDIAN_FAILOVER_PERIOD_S = env_float("MERIDIAN_FAILOVER_PERIOD_S", 2.0, minimum=0.5)
+MERIDIAN_ROLLUP_PERIOD_S = env_float("MERIDIAN_ROLLUP_PERIOD_S", 10.0, minimum=1.0)
+MERIDIAN_ROLLUP_PRUNE_PERIOD_S = env_float("MERIDIAN_ROLLUP_PRUNE_PERIOD_S", 600.0, minimum=1.0)
+# Rollups older than this are deleted; the live view only needs the latest (in Redis).
+MERIDIAN_ROLLUP_RETENTION_S = env_float("MERIDIAN_ROLLUP_RETENTION_S", 7 * 86400.0, minimum=60.0)
+# The queue the worker consumes and tasks go to: separate stacks can share one Redis.
+CELERY_TASK_DEFAULT_QUEUE = env_str("MERIDIAN_CELERY_QUEUE", "celery")
+# Drills: how often they poll the balancers' /internal/state, and the allowance on top
+# of the configured detection periods before "routing did not react" is declared.
+MERIDIAN_DRILL_POLL_INTERVAL_S = env_float("MERIDIAN_DRILL_POLL_INTERVAL_S", 0.2, minimum=0.05)
+MERIDIAN_DRILL_SLACK_S = env_float("MERIDIAN_DRILL_SLACK_S", 5.0, minimum=0.0)
+# Supervisor (`make run`): restarts of an essential child that exits, and the first delay
+# (doubled per attempt).  The first delay outlasts heartbeat TTL + sync period, so a
+# killed balancer's replicas are handed over first and handed back once it returns.
+MERIDIAN_RESTART_ATTEMPTS = env_int("MERIDIAN_RESTART_ATTEMPTS", 5, minimum=0)
+MERIDIAN_RESTART_BACKOFF_S = env_float("MERIDIAN_RESTART_BACKOFF_S", 10.0, minimum=0.1)
+
+# --- Selective pushing and cross-region availability (routing/) -------------------------
+# A replica probe older than this says nothing about pending requests: SP-P falls back to
+# the outstanding cap (MERIDIAN_REPLICA_MAX_OUTSTANDING) until a fresh one arrives.
+MERIDIAN_PROBE_STALE_S = env_float("MERIDIAN_PROBE_STALE_S", 2.0, minimum=0.1)
+# While requests wait, an SP-P replica held back only by its last probe is probed again at
+# once, but not more often than this (so a queue cannot turn into a probe storm).
+MERIDIAN_PROBE_MIN_GAP_S = env_float("MERIDIAN_PROBE_MIN_GAP_S", 0.02, minimum=0.0)
+# How often each balancer polls its peers' GET /internal/availability, and how old the last
+# answer may be before the peer counts as unavailable (routing never waits for Redis).
+MERIDIAN_AVAILABILITY_INTERVAL_S = env_float("MERIDIAN_AVAILABILITY_INTERVAL_S", 0.3, minimum=0.05)
+MERIDIAN_AVAILABILITY_TTL_S = env_float("MERIDIAN_AVAILABILITY_TTL_S", 2.0, minimum=0.1)
+
+
+def _internal_token() -> str:
+    """Bearer token of balancer-to-balancer endpoints: from the environment, else generated
+    once into var/ (like the secret key) so every process of one install shares it."""
+    configured = env_str("MERIDIAN_INTERNAL_TOKEN", "")
+    if configured:
+        return configured
+    path = VAR_DIR / "internal_token"
+    if not path.exists():
+        # Balancers of one install often start together: write aside, then link into
+        # place, which fails for all but the first, so they all read the same token.
+        draft = VAR_DIR / f"internal_token.{os.getpid()}"
+        draft.write_text(secrets.token_urlsafe(32))
+        draft.chmod(0o600)
+        try:
+            os.link(draft, path)
+        except FileExistsError:
+            pass
+        finally:
+            draft.unlink()
+    return path.read_text().strip()
+
+
+MERIDIAN_INTERNAL_TOKEN = _internal_token()
+
+# --- KV events and anti-entropy (routing/kv_events.py, workers/cache_sync.py) -----------
+# How often a balancer applies the KV events it queued to its cache maps (002 §3.3's
+# ~100 ms batches), and the Celery beat period of the full cache-state sync (002 §4.4).
+MERIDIAN_KV_EVENTS_BATCH_S = env_float("MERIDIAN_KV_EVENTS_BATCH_S", 0.1, minimum=0.01)
+MERIDIAN_CACHE_SYNC_PERIOD_S = env_float("MERIDIAN_CACHE_SYNC_PERIOD_S", 5.0, minimum=0.5)
+# Redis-outage drill: the longest pause it may impose (CLIENT PAUSE is self-healing).
+MERIDIAN_DRILL_REDIS_MAX_S = env_float("MERIDIAN_DRILL_REDIS_MAX_S", 120.0, minimum=1.0)
+
+# --- Operator console (console/views, console/live, workers/live.py) --------------------
+# Live snapshot period (Celery beat, seconds; the entry expires at 80 % of it) and the
+# timeout of each balancer's GET /internal/state within one tick.
+MERIDIAN_LIVE_PERIOD_S = env_float("MERIDIAN_LIVE_PERIOD_S", 1.0, minimum=0.2)
+MERIDIAN_LIVE_STATE_TIMEOUT_S = env_float("MERIDIAN_LIVE_STATE_TIMEOUT_S", 0.5, minimum=0.05)
+# plotly.js comes from the installed plotly package (no CDN): console.live.plotly_static.
+STATICFILES_FINDERS = [
+    "django.contrib.staticfiles.finders.FileSystemFinder",
+    "django.contrib.staticfiles.finders.AppDirectoriesFinder",
+    "console.live.plotly_static.PlotlyFinder",
+]
+
+# -- scaling and cost (workers.scaling, workers.providers, workers.cost) ---------------
+# How often beat runs scale_services (autoscaler + placement against the provider).
+MERIDIAN_SCALING_PERIOD_S = env_float("MERIDIAN_SCALING_PERIOD_S", 10.0, minimum=0.5)
+# "emulated": launch sim.serve replicas after a cold start; "static": operator-registered
+# replicas only (Meridian never launches or terminates).
+MERIDIAN_CLOUD_PROVIDER = env_str("MERIDIAN_CLOUD_PROVIDER", "emulated")
+if MERIDIAN_CLOUD_PROVIDER not in {"emulated", "static"}:
+    raise ValueError("MERIDIAN_CLOUD_PROVIDER must be 'emulated' or 'static'")
+# Spot capacity of the emulated cloud: a SkyPilot spot trace (file or folder) replayed
+# at MERIDIAN_CLOUD_TRACE_TIME_SCALE trace seconds per second, else a Poisson model.
+MERIDIAN_CLOUD_SPOT_TRACE = env_str("MERIDIAN_CLOUD_SPOT_TRACE", "")
+MERIDIAN_CLOUD_TRACE_TIME_SCALE = env_float("MERIDIAN_CLOUD_TRACE_TIME_SCALE", 1.0, minimum=0.001)
+MERIDIAN_CLOUD_SPOT_PREEMPTIONS_PER_HOUR = env_float(
+    "MERIDIAN_CLOUD_SPOT_PREEMPTIONS_PER_HOUR", 0.0, minimum=0.0
+)
+# Hourly prices (defaults: AWS p3.2xlarge, spot at its 2020 us-east-1 mean); a folder of
+# AWS spot price history JSON overrides the spot price per zone.
+MERIDIAN_CLOUD_ON_DEMAND_PRICE = env_float("MERIDIAN_CLOUD_ON_DEMAND_PRICE", 3.06, minimum=0.0)
+MERIDIAN_CLOUD_SPOT_PRICE = env_float("MERIDIAN_CLOUD_SPOT_PRICE", 0.918, minimum=0.0)
+MERIDIAN_CLOUD_SPOT_PRICE_DATA = env_str("MERIDIAN_CLOUD_SPOT_PRICE_DATA", "")
+MERIDIAN_CLOUD_INSTANCE_TYPE = env_str("MERIDIAN_CLOUD_INSTANCE_TYPE", "p3.2xlarge")
+# Cold start of an emulated replica: instance provisioning, then model load (§2.3).
+MERIDIAN_CLOUD_PROVISION_S = env_float("MERIDIAN_CLOUD_PROVISION_S", 20.0, minimum=0.0)
+MERIDIAN_CLOUD_MODEL_LOAD_S = env_float("MERIDIAN_CLOUD_MODEL_LOAD_S", 10.0, minimum=0.0)
+# Emulated replicas launched by the cloud run at the demo's engine speed.
+MERIDIAN_CLOUD_SIM_TIME_SCALE = env_float("MERIDIAN_SIM_TIME_SCALE", 1.0, minimum=0.001)
+# Window of cost_summary and GET /metrics/cost.
+MERIDIAN_COST_WINDOW_S = env_float("MERIDIAN_COST_WINDOW_S", 3600.0, minimum=1.0)

@@ -1,0 +1,2 @@
+"""Operator tooling: the demo stack and its supervisor, drills, traffic replay,
+benchmarks, embedded Redis, and every management command."""

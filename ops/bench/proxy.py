@@ -1,0 +1,303 @@
+"""``manage.py bench proxy``: what the balancer costs, against calling the backends directly.
+
+By default the command brings up its own loopback stack (``ops.bench.fixture``:
+four zero-compute emulated replicas, a throwaway database, the balancer under
+daphne, uvicorn or both) and, for each mode (streaming, non-streaming) and each
+concurrency, runs the same requests against (a) the backends directly,
+round-robin, and (b) each balancer.  Phases alternate (direct first in odd
+rounds, last in even ones) so that machine noise hits both sides.  With
+``--backend URL`` (repeatable) plus ``--balancer URL --api-key KEY`` it
+measures an existing deployment instead and starts nothing.
+
+The output is one table of ratios and differences (``ops.bench.report``);
+nothing here asserts a time.  Every process the command started is stopped
+when it ends, also on Ctrl-C or SIGTERM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import random
+import signal
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+from django.conf import settings
+
+from ops.bench.driver import LoadGenerator, UsageMonitor, py_spy_recording
+from ops.bench.fixture import MODEL, SERVERS, BenchFixture
+from ops.bench.loadgen import Phase
+from ops.bench.report import DIRECT, Pooled, Row, compare, format_table, write_json
+
+MODES = ("stream", "nonstream")
+CHAT_PATH = "/v1/chat/completions"
+DISTINCT_PROMPTS = 64  # distinct prefixes, so a prefix-aware policy spreads the load
+_WORDS = (
+    "alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india",
+    "juliet", "kilo", "lima", "mike", "november", "oscar", "papa", "quebec", "romeo",
+)  # fmt: skip
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--concurrency",
+        type=_int_list,
+        default=[1, 32, 128],
+        help="comma-separated concurrencies (default 1,32,128)",
+    )
+    parser.add_argument("--mode", choices=(*MODES, "both"), default="both")
+    parser.add_argument(
+        "--requests",
+        type=int,
+        default=0,
+        help="requests per phase (default: max(48, 6 x concurrency))",
+    )
+    parser.add_argument(
+        "--duration", type=float, default=0.0, help="seconds per phase instead of a request count"
+    )
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="repeat every phase, alternating direct/balancer order",
+    )
+    parser.add_argument("--prompt-tokens", type=int, default=300)
+    parser.add_argument("--max-tokens", type=int, default=64)
+    parser.add_argument(
+        "--server",
+        choices=(*SERVERS, "both"),
+        default="daphne",
+        help="ASGI server(s) for the balancer this command starts",
+    )
+    parser.add_argument("--replicas", type=int, default=4)
+    parser.add_argument("--policy", default="", help="routing policy (default: skylb if known)")
+    parser.add_argument(
+        "--pushing",
+        default="sp-o",
+        help="the service's selective-pushing mode; the default sp-o, with the per-replica cap "
+        "raised, never holds a request back, so the proxy itself is measured ('' leaves it unset)",
+    )
+    parser.add_argument(
+        "--base-tree",
+        type=Path,
+        metavar="DIR",
+        help="also run each balancer from this source tree (another checkout), as <server>@base",
+    )
+    parser.add_argument(
+        "--backend",
+        action="append",
+        default=[],
+        metavar="URL",
+        help="an existing backend to call directly (repeatable)",
+    )
+    parser.add_argument("--balancer", metavar="URL", help="an existing balancer in front of them")
+    parser.add_argument("--api-key", default="", help="the balancer's API key (with --balancer)")
+    parser.add_argument("--balancer-pid", type=int, help="its process id, for CPU and RSS")
+    parser.add_argument("--model", default="", help=f"model name (default {MODEL})")
+    parser.add_argument(
+        "--py-spy",
+        type=Path,
+        metavar="DIR",
+        help="record each balancer phase with py-spy (collapsed stacks) here",
+    )
+    parser.add_argument("--json", type=Path, metavar="PATH", help="also save the rows as JSON")
+
+
+@dataclass(frozen=True, slots=True)
+class Targets:
+    """Where phases go: the direct backends and each balancer (name → URL, pid)."""
+
+    backends: list[str]
+    balancers: dict[str, str]
+    pids: dict[str, int | None]
+    api_key: str
+    model: str
+    policy: str
+
+
+def run(options: Any, stdout: TextIO) -> list[Row]:
+    """Run the benchmark described by ``options``; prints and returns the rows."""
+    opts = vars(options) if not isinstance(options, dict) else options
+    _check_options(opts)
+    with _stop_on_sigterm(), _targets(opts) as targets:
+        stdout.write(_banner(targets))
+        stdout.flush()
+        with LoadGenerator(Path(settings.BASE_DIR)) as generator:
+            rows = run_matrix(opts, targets, generator, stdout)
+    stdout.write(format_table(rows))
+    if opts.get("json"):
+        meta = {k: v for k, v in opts.items() if k in _META_KEYS}
+        write_json(Path(opts["json"]), rows, {**meta, "policy": targets.policy})
+    return rows
+
+
+_META_KEYS = ("concurrency", "mode", "requests", "duration", "rounds", "prompt_tokens",
+              "max_tokens", "server", "replicas", "pushing")  # fmt: skip
+
+
+def run_matrix(
+    opts: dict[str, Any], targets: Targets, generator: LoadGenerator, stdout: TextIO
+) -> list[Row]:
+    """Every (mode, concurrency) against direct and each balancer; one row per balancer."""
+    modes = MODES if opts.get("mode", "both") == "both" else (opts["mode"],)
+    _warm_up(opts, targets, generator)
+    rows = []
+    for mode in modes:
+        for concurrency in opts["concurrency"]:
+            pooled = _measure(opts, targets, generator, mode, concurrency)
+            for server in targets.balancers:
+                rows.append(compare(mode, concurrency, server, pooled[DIRECT], pooled[server]))
+            stdout.write(f"  done: {mode} at concurrency {concurrency}\n")
+            stdout.flush()
+    return rows
+
+
+def _measure(
+    opts: dict[str, Any], targets: Targets, generator: LoadGenerator, mode: str, concurrency: int
+) -> dict[str, Pooled]:
+    order = [DIRECT, *targets.balancers]
+    pooled = {name: Pooled() for name in order}
+    for round_index in range(max(1, opts.get("rounds", 1))):
+        for name in order if round_index % 2 == 0 else order[::-1]:
+            phase = _phase(opts, targets, name, mode, concurrency)
+            pid = targets.pids.get(name)
+            monitor = UsageMonitor(pid) if pid else None
+            with _profiled(opts, pid, f"{name}-{mode}-{concurrency}-r{round_index}"):
+                if monitor:
+                    monitor.start()
+                result = generator.run(phase)
+                usage = monitor.stop() if monitor else None
+            pooled[name].add(result, usage)
+    return pooled
+
+
+def _profiled(opts: dict[str, Any], pid: int | None, label: str) -> Any:
+    """py-spy on the balancer during its phase when ``--py-spy DIR`` asks for it."""
+    directory = opts.get("py_spy")
+    if not directory or pid is None:
+        return contextlib.nullcontext()
+    Path(directory).mkdir(parents=True, exist_ok=True)
+    return py_spy_recording(pid, Path(directory) / f"{label}.txt")
+
+
+def _warm_up(opts: dict[str, Any], targets: Targets, generator: LoadGenerator) -> None:
+    """A few unrecorded requests per target: connections, pools and imports warmed."""
+    for name in [DIRECT, *targets.balancers]:
+        for mode in MODES:
+            generator.run(_phase({**opts, "requests": 16, "duration": 0}, targets, name, mode, 4))
+
+
+def _phase(opts: dict[str, Any], targets: Targets, name: str, mode: str, concurrency: int) -> Phase:
+    stream = mode == "stream"
+    direct = name == DIRECT
+    requests = opts.get("requests") or max(48, 6 * concurrency)
+    return Phase(
+        label=f"{name}/{mode}/{concurrency}",
+        targets=targets.backends if direct else [targets.balancers[name]],
+        path=CHAT_PATH,
+        bodies=request_bodies(targets.model, opts["prompt_tokens"], opts["max_tokens"], stream),
+        concurrency=concurrency,
+        requests=requests,
+        duration_s=opts.get("duration") or 0.0,
+        stream=stream,
+        headers={} if direct else {"Authorization": f"Bearer {targets.api_key}"},
+    )
+
+
+def request_bodies(model: str, prompt_tokens: int, max_tokens: int, stream: bool) -> list[str]:
+    """The same ``DISTINCT_PROMPTS`` chat requests for every target (seeded, repeatable).
+
+    ``ignore_eos`` (a vLLM extension the emulated replica honours) makes every
+    reply exactly ``max_tokens`` long, so tokens per second is comparable.
+    """
+    rng = random.Random(7)
+    bodies = []
+    for index in range(DISTINCT_PROMPTS):
+        words = [f"request{index}"] + [rng.choice(_WORDS) for _ in range(prompt_tokens - 1)]
+        body = {
+            "model": model,
+            "messages": [{"role": "user", "content": " ".join(words)}],
+            "max_tokens": max_tokens,
+            "ignore_eos": True,
+            "stream": stream,
+        }
+        bodies.append(json.dumps(body))
+    return bodies
+
+
+# -- targets -----------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _targets(opts: dict[str, Any]) -> Iterator[Targets]:
+    model = opts.get("model") or MODEL
+    if opts.get("backend"):
+        yield Targets(
+            backends=list(opts["backend"]),
+            balancers={"balancer": opts["balancer"]},
+            pids={"balancer": opts.get("balancer_pid")},
+            api_key=opts.get("api_key") or "",
+            model=model,
+            policy="(existing deployment)",
+        )
+        return
+    servers = list(SERVERS) if opts.get("server") == "both" else [opts.get("server", "daphne")]
+    fixture = BenchFixture.start(
+        servers,
+        opts.get("replicas", 4),
+        opts.get("policy", ""),
+        opts.get("pushing", "sp-o"),
+        opts.get("base_tree"),
+    )
+    try:
+        pids: dict[str, int | None] = {s: fixture.pid_of(s) for s in fixture.balancers}
+        yield Targets(fixture.backends, fixture.balancers, pids, fixture.api_key, model,
+                      fixture.policy)  # fmt: skip
+    finally:
+        fixture.stop()
+
+
+def _check_options(opts: dict[str, Any]) -> None:
+    if opts.get("backend") and not opts.get("balancer"):
+        raise ValueError("--backend needs --balancer URL (and --api-key) to compare with")
+    if opts.get("balancer") and not opts.get("backend"):
+        raise ValueError("--balancer needs the backends behind it: --backend URL (repeatable)")
+    if any(c < 1 for c in opts["concurrency"]) or opts.get("rounds", 1) < 1:
+        raise ValueError("--concurrency values and --rounds must be at least 1")
+    if opts["prompt_tokens"] < 1 or opts["max_tokens"] < 1:
+        raise ValueError("--prompt-tokens and --max-tokens must be at least 1")
+
+
+def _banner(targets: Targets) -> str:
+    balancers = ", ".join(f"{name} {url}" for name, url in targets.balancers.items())
+    return (f"bench proxy: {len(targets.backends)} backend(s) direct vs {balancers}; "
+            f"model {targets.model}, policy {targets.policy}\n")  # fmt: skip
+
+
+@contextlib.contextmanager
+def _stop_on_sigterm() -> Iterator[None]:
+    """SIGTERM unwinds like Ctrl-C, so the ``finally`` blocks stop every child."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _int_list(text: str) -> list[int]:
+    try:
+        return [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected numbers like 1,32,128, got {text!r}") from None

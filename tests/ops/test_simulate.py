@@ -1,0 +1,123 @@
+"""`manage.py simulate`: options to runs, the table on stdout, the report on disk."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.core.management import CommandError, call_command
+
+from ops.management.commands.simulate import Command
+from sim.des.experiments import EXPERIMENTS, experiment
+from sim.des.plan import build_plan
+
+SMALL = [
+    "--workload",
+    "conversations:system_tokens=64,users=4,turns_max=2,max_tokens_min=4,max_tokens_max=8",
+    "--replicas",
+    "us-east=2,eu-west=1",
+    "--clients",
+    "2",
+    "--requests",
+    "10",
+    "--seed",
+    "2",
+]
+
+
+def simulate(*args: str) -> str:
+    out = io.StringIO()
+    call_command("simulate", *args, stdout=out, stderr=io.StringIO())
+    return out.getvalue()
+
+
+def test_one_row_per_policy_and_pushing_and_a_saved_report(tmp_path: Path) -> None:
+    report, summaries = tmp_path / "r.html", tmp_path / "s.json"
+    text = simulate(
+        *SMALL, "--policies", "rr,skylb", "--pushing", "sp-p,blind",
+        "--report", str(report), "--json", str(summaries),
+    )  # fmt: skip
+    rows = [line.split()[:2] for line in text.splitlines()[1:5]]
+    assert rows == [
+        ["round_robin", "sp-p"],
+        ["round_robin", "blind"],
+        ["skylb", "sp-p"],
+        ["skylb", "blind"],
+    ]
+    assert f"report: {report}" in text
+    assert report.is_file() and report.with_suffix(".json").is_file()
+    data = json.loads(summaries.read_text())
+    assert [d["ok"] for d in data] == [10, 10, 10, 10]
+
+
+def test_reports_go_under_var_dir_by_default(tmp_path: Path, settings: Any) -> None:
+    settings.VAR_DIR = tmp_path
+    text = simulate(*SMALL, "--policies", "ll")
+    (page,) = (tmp_path / "simulations").glob("*.html")
+    assert f"report: {page}" in text
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--policies", "nope"], "unknown policy 'nope'"),
+        (["--pushing", "sideways"], "--pushing"),
+        (["--replicas", "us-east"], "--replicas"),
+        (["--clients", "mars=3"], "without a balancer"),
+        (["--workload", "chatter"], "unknown workload"),
+        (["--param", "push_budget=0"], "push_budget must be at least 1"),
+        (["--param", "nope=1"], "has no parameter"),
+    ],
+)
+def test_bad_options_are_refused_with_a_clear_message(args: list[str], message: str) -> None:
+    with pytest.raises(CommandError, match=message):
+        simulate(*SMALL, *args)
+
+
+def test_policy_params_and_the_push_budget_reach_the_service(tmp_path: Path) -> None:
+    report = tmp_path / "r.html"
+    simulate(
+        *SMALL,
+        "--param",
+        "push_budget=4",
+        "--param",
+        "min_match_ratio=0.3",
+        "--report",
+        str(report),
+    )
+    (summary,) = json.loads(report.with_suffix(".json").read_text())["summaries"]
+    assert summary["ok"] == 10
+
+
+def test_a_workload_or_an_experiment_is_needed() -> None:
+    with pytest.raises(CommandError, match="--workload"):
+        simulate("--duration", "5")
+
+
+@pytest.mark.parametrize("name", sorted(EXPERIMENTS))
+def test_experiments_plan_the_papers_runs(name: str) -> None:
+    plan = experiment(name, 60.0, seed=1)
+    labels = [label for label, _ in plan.runs]
+    expected = {
+        "fig8-conversations": 6, "fig8-tot": 6, "fig8-mixed": 6, "fig9": 3, "fig10": 8,
+    }  # fmt: skip
+    assert len(labels) == expected[name] == len(set(labels))
+    assert all(config.duration_s == 60.0 for _, config in plan.runs)
+
+
+def test_the_documented_command_line_reproduces_a_preset_run() -> None:
+    # docs/results.md varies one preset run from the command line: it must be the same run.
+    argv = [
+        "--workload", "tot:branching=2,depth=4", "--policies", "skylb",
+        "--replicas", "us-east=4,eu-west=4,ap-southeast=4",
+        "--clients", "us-east=40,eu-west=20,ap-southeast=20", "--duration", "300", "--seed", "1",
+    ]  # fmt: skip
+    parser = Command().create_parser("manage.py", "simulate")
+    options = vars(parser.parse_args(argv))
+    ((_, from_cli),) = build_plan({**options, "param": dict(options["param"])}).runs
+    *_, (label, preset) = experiment("fig8-tot", 300.0, seed=1).runs
+    assert label == "SkyLB"
+    assert from_cli == preset
