@@ -1,25 +1,47 @@
-"""``GET /metrics/cost``: ``workers.cost.cost_summary`` as Prometheus text.
+"""``GET /metrics/cost``: ``workers.cost.cost_summary`` as Prometheus text, the same
+summary the Cost page lays out.
 
 Served by the console process (not the balancers: billing is control-plane data that
-needs the database).  Money is USD over the window ``MERIDIAN_COST_WINDOW_S``.
+needs the database).  Money is USD over the window ``MERIDIAN_COST_WINDOW_S``; a
+saving with nothing to compare against is ``NaN``.
 """
 
 from __future__ import annotations
+
+from decimal import Decimal
 
 from django.http import HttpRequest, HttpResponse
 from django.utils import timezone
 from django.views.decorators.http import require_GET
 
-from workers.cost import CostSummary, cost_summary
+from workers.cost import cost_summary
+from workers.costing import CostSummary
 
 
 def _label(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
+def _ratio(value: Decimal | None) -> str:
+    return "NaN" if value is None else f"{value:f}"
+
+
+def _rates(summary: CostSummary) -> list[str]:
+    return [
+        "# HELP meridian_cost_rate_usd_per_hour Hourly price of the replicas billed now.",
+        "# TYPE meridian_cost_rate_usd_per_hour gauge",
+        *(
+            f'meridian_cost_rate_usd_per_hour{{region="{_label(region)}",kind="{_label(kind)}"}}'
+            f" {rate:f}"
+            for region, by_kind in summary.hourly_by_region.items()
+            for kind, rate in sorted(by_kind.items())
+        ),
+    ]
+
+
 def render_cost(summary: CostSummary) -> str:
     peak, regional = summary.peak, summary.regional_peak_cost
-    window = (summary.window_end - summary.window_start).total_seconds()
+    window = summary.window_seconds
     lines = [
         "# HELP meridian_cost_window_seconds Length of the accounting window.",
         "# TYPE meridian_cost_window_seconds gauge",
@@ -48,7 +70,7 @@ def render_cost(summary: CostSummary) -> str:
         f"meridian_cost_on_demand_reference_usd {summary.on_demand_reference:f}",
         "# HELP meridian_cost_savings_vs_on_demand_ratio Fraction saved against all on-demand.",
         "# TYPE meridian_cost_savings_vs_on_demand_ratio gauge",
-        f"meridian_cost_savings_vs_on_demand_ratio {summary.savings_vs_on_demand:f}",
+        f"meridian_cost_savings_vs_on_demand_ratio {_ratio(summary.savings_vs_on_demand)}",
         "# HELP meridian_reserved_replicas Reserved replicas, region-local vs global peak.",
         "# TYPE meridian_reserved_replicas gauge",
         f'meridian_reserved_replicas{{provisioning="regional_peak"}} {peak.regional_replicas}',
@@ -57,6 +79,10 @@ def render_cost(summary: CostSummary) -> str:
         "# TYPE meridian_reserved_cost_usd gauge",
         f'meridian_reserved_cost_usd{{provisioning="regional_peak"}} {regional:f}',
         f'meridian_reserved_cost_usd{{provisioning="global_peak"}} {summary.global_peak_cost:f}',
+        "# HELP meridian_cost_savings_vs_region_peak_ratio Reservations the global peak saves.",
+        "# TYPE meridian_cost_savings_vs_region_peak_ratio gauge",
+        f"meridian_cost_savings_vs_region_peak_ratio {_ratio(summary.savings_vs_region_peak)}",
+        *_rates(summary),
     ]
     return "\n".join(lines) + "\n"
 

@@ -1,5 +1,6 @@
 """Cost accounting against the database: per-second billing from launch, rollups per
-region and kind, the two savings references, and ``GET /metrics/cost``."""
+region and kind, the two savings references, and ``GET /metrics/cost``.  The rules
+alone are tested in ``test_costing``."""
 
 from __future__ import annotations
 
@@ -13,7 +14,6 @@ from django.test import Client
 from fleet.models import MetricRollup, Replica, ServiceConfig
 from tests.workers.conftest import Rows
 from workers.cost import cost_summary
-from workers.scaling.costing import peak_provisioning
 
 NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 
@@ -95,12 +95,6 @@ def test_regional_peaks_cost_more_than_the_global_peak(fleet: None) -> None:
     assert summary.global_peak_cost == Decimal("1.5")
 
 
-def test_peak_provisioning_sums_regions_per_interval() -> None:
-    qps = {0: {"us": 10.0, "eu": 1.0, "ap": 1.0}, 1: {"us": 1.0, "eu": 10.0, "ap": 1.0}}
-    peak = peak_provisioning(qps, target_qps_per_replica=2.0)
-    assert (peak.regional_replicas, peak.global_replicas) == (5 + 5 + 1, 6)
-
-
 @pytest.mark.django_db
 def test_metrics_cost_is_prometheus_text(fleet: None, client: Client) -> None:
     response = client.get("/metrics/cost")
@@ -112,3 +106,22 @@ def test_metrics_cost_is_prometheus_text(fleet: None, client: Client) -> None:
     assert any(
         line.startswith('meridian_reserved_replicas{provisioning="global_peak"}') for line in lines
     )
+
+
+@pytest.mark.django_db
+def test_baseline_replicas_follow_the_controller_or_the_registered_fleet(
+    rows: Rows, settings: Any
+) -> None:
+    settings.MERIDIAN_CLOUD_ON_DEMAND_PRICE = 2.0
+    us = rows.region("us")
+    rows.replica("a", us, kind="spot", hourly_price=Decimal("1"), launched_at=at(-60))
+    rows.replica(
+        "b", us, kind="spot", hourly_price=Decimal("1"), launched_at=at(-60), model_name="own"
+    )
+    ServiceConfig.objects.create(model_name="m", scaling_policy="spothedge", min_replicas=3)
+    ServiceConfig.objects.create(model_name="own")  # no scaling policy: its replicas count
+    summary = cost_summary(NOW, window_s=3600)
+    # "m" before the controller's first step: min_replicas = 3; "own": 1 billed replica.
+    assert summary.n_target == 4
+    # No on-demand replica billed: the configured price, 4 x $2/h x 1 h.
+    assert summary.on_demand_reference == Decimal(8)

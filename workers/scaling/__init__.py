@@ -16,7 +16,6 @@ the very same objects):
 - ``traces``      SkyPilot spot traces by path; Poisson spot model
 - ``prices``      per-zone spot prices from AWS price-history JSON
 - ``simulate``    virtual-time replay of a trace under a policy
-- ``costing``     per-second billing and the savings comparisons
 
 Glue (Django): ``controller`` runs autoscaler + placement against a provider
 (``workers.providers``) for every ServiceConfig with a scaling policy.
