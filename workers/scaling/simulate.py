@@ -10,7 +10,9 @@ policy, then runs the same ``reconcile`` the live controller runs.
 Availability is the share of time with at least ``N_tar`` ready replicas, counted
 after the first ``cold_start_s`` (no policy can be ready earlier; the paper omits
 on-demand from the availability plot for the same reason).  Cost is relative to
-``N_tar`` on-demand replicas over the whole run (Figure 14b's normalisation).
+``N_tar`` on-demand replicas over the whole run (Figure 14b's normalisation); both
+figures are ``workers.costing``'s, the rules the Cost page and ``/metrics/cost`` use,
+with virtual second ``t`` at ``SIM_EPOCH + t``.
 """
 
 from __future__ import annotations
@@ -18,12 +20,22 @@ from __future__ import annotations
 import itertools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 
+from workers.costing import BilledReplica, Service, summarize
 from workers.scaling.base import PlacementPolicy
 from workers.scaling.fleet import SPOT, Fleet, FleetReplica, ZoneOffer
 from workers.scaling.reconcile import reconcile
 from workers.scaling.registry import build_policy
 from workers.scaling.traces import SpotTrace
+
+SIM_EPOCH = datetime(2000, 1, 1, tzinfo=UTC)  # only differences of virtual time matter
+SIM_MODEL = "simulated"
+
+
+def at(t: float) -> datetime:
+    return SIM_EPOCH + timedelta(seconds=t)
 
 
 @dataclass(frozen=True)
@@ -54,10 +66,7 @@ class SimResult:
     on_demand_cost: float
     preemptions: int
     launches: int
-
-    @property
-    def relative_cost(self) -> float:
-        return self.cost / self.on_demand_cost if self.on_demand_cost else 0.0
+    relative_cost: float
 
 
 @dataclass
@@ -121,15 +130,22 @@ class VirtualCloud:
             )
         )
 
-    def cost(self, end: float) -> float:
-        total = 0.0
-        for i in self.instances.values():
-            offer = self.prices[i.zone]
-            price = offer.spot_price if i.kind == SPOT else offer.on_demand_price
-            total += (
-                price * ((i.ended_at if i.ended_at is not None else end) - i.launched_at) / 3600.0
-            )
-        return total
+    def billed(self) -> list[BilledReplica]:
+        """Every instance ever launched, as the cost module reads a fleet."""
+        return [self._billed(i) for i in self.instances.values()]
+
+    def _billed(self, i: _Instance) -> BilledReplica:
+        offer = self.prices[i.zone]
+        price = offer.spot_price if i.kind == SPOT else offer.on_demand_price
+        return BilledReplica(
+            name=i.handle,
+            region=offer.region,
+            kind=i.kind,
+            model=SIM_MODEL,
+            hourly_price=Decimal(str(price)),
+            start=at(i.launched_at),
+            end=None if i.ended_at is None else at(i.ended_at),
+        )
 
 
 def simulate(
@@ -151,15 +167,24 @@ def simulate(
             measured += dt
             available += dt if cloud.fleet().ready() >= config.n_target else 0.0
         t += dt
-    on_demand = config.n_target * min(z.on_demand_price for z in zones) * end / 3600.0
+    # The cheapest zone's on-demand price stands in when the run bought no on-demand.
+    cost = summarize(
+        cloud.billed(),
+        [Service(SIM_MODEL, target_replicas=config.n_target)],
+        [],
+        window_start=at(0.0),
+        now=at(end),
+        on_demand_price=Decimal(str(min(z.on_demand_price for z in zones))),
+    )
     return SimResult(
         trace=trace.name,
         policy=policy_name,
         availability=available / measured if measured else 0.0,
-        cost=cloud.cost(end),
-        on_demand_cost=on_demand,
+        cost=float(cost.total),
+        on_demand_cost=float(cost.on_demand_reference),
         preemptions=cloud.preemptions,
         launches=cloud.launches,
+        relative_cost=float(cost.cost_ratio or 0),
     )
 
 
