@@ -1,4 +1,4 @@
-// Cost page: cumulative savings against region-local peak provisioning.
+// Cost page: cumulative savings against all on-demand over the cost window.
 (function () {
   "use strict";
   const s = JSON.parse(document.getElementById("savings-series").textContent);
