@@ -14,7 +14,7 @@ from celery.signals import worker_shutdown
 
 from workers.providers.base import CloudProvider
 from workers.providers.factory import build_provider
-from workers.scaling.controller import scale_services as scale_services_service
+from workers.scaling_glue import scale_services as scale_services_service
 
 
 @functools.cache
