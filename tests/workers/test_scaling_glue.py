@@ -18,8 +18,8 @@ from workers.providers.base import CloudProvider, Instance, LaunchSpec, Notice
 from workers.providers.static import StaticProvider
 from workers.scaling.fleet import SPOT, ZoneOffer
 from workers.scaling_glue import scale_services, service_qps
-from workers.scaling_tasks import scale_services as scale_services_task
-from workers.scaling_tasks import worker_provider
+from workers.tasks import scale_services as scale_services_task
+from workers.tasks import worker_provider
 
 NOW = datetime(2026, 3, 1, 9, 0, tzinfo=UTC)
 
