@@ -87,11 +87,12 @@ def test_a_preemption_of_this_service_moves_its_zone_and_launches_a_replacement(
     assert cloud.count(ON_DEMAND) == 1  # min(2, 3 - 2 ready)
 
 
-def test_another_services_preemption_leaves_the_policy_alone() -> None:
+def test_another_services_preemption_leaves_this_one_alone() -> None:
     cloud = ScriptedCloud()
     _, view = beat(VIEW, cloud, now=0.0)
     step, _ = beat(view, cloud, now=10.0, preemptions=[Preemption("other", SPOT, "zone1")])
     assert step.placement["preempting"] == []
+    assert not step.changed  # no scaling.decision Event for a fleet that did not move
 
 
 def test_a_spot_replica_turning_ready_brings_its_zone_back() -> None:

@@ -85,12 +85,14 @@ def step_service(
     preemptions: Sequence[Preemption],
     launcher: Launcher,
 ) -> ServiceStep:
-    """One beat for one service; ``fleet`` holds its launched replicas (dead ones left out)."""
+    """One beat for one service; ``fleet`` holds its launched replicas (dead ones left
+    out), ``preemptions`` every one the provider reported (other services' are ignored)."""
+    mine = [p for p in preemptions if p.model_name == view.model_name]
     scaled = autoscale(view, qps, now)
-    policy = restore_policy(view, zones, fleet, preemptions)
+    policy = restore_policy(view, zones, fleet, mine)
     result = reconcile(policy, scaled.n_target, fleet, launcher, now=now)
     placement = policy.snapshot()
-    changed = bool(result.launched or result.terminated or preemptions)
+    changed = bool(result.launched or result.terminated or mine)
     return ServiceStep(
         decision=_decision(view.model_name, qps, scaled.n_target, fleet, result),
         target=result.target,
@@ -112,7 +114,8 @@ def restore_policy(
     fleet: Fleet,
     preemptions: Sequence[Preemption],
 ) -> PlacementPolicy:
-    """The service's policy as the last step left it, told what happened since."""
+    """The service's policy as the last step left it, told what happened since
+    (``preemptions`` of this service's replicas)."""
     stored = view.scaling_state.get("placement")
     policy = build_policy(
         view.policy,
@@ -122,7 +125,7 @@ def restore_policy(
         state=stored if isinstance(stored, Mapping) else None,
     )
     for preemption in preemptions:
-        if preemption.model_name == view.model_name and preemption.kind == SPOT:
+        if preemption.kind == SPOT:
             policy.spot_preempted(preemption.zone)
     # A spot replica is "ready" to the policy once: the first beat that sees it so.
     seen = set(_strings(view.scaling_state.get("ready_seen")))
