@@ -254,7 +254,7 @@ MERIDIAN_CACHE_SYNC_PERIOD_S = env_float("MERIDIAN_CACHE_SYNC_PERIOD_S", 5.0, mi
 # Redis-outage drill: the longest pause it may impose (CLIENT PAUSE is self-healing).
 MERIDIAN_DRILL_REDIS_MAX_S = env_float("MERIDIAN_DRILL_REDIS_MAX_S", 120.0, minimum=1.0)
 
-# --- Operator console (console/views, console/live, workers/live.py) --------------------
+# --- Operator console (console/views, console/live) -------------------------------------
 # Live snapshot period (Celery beat, seconds; the entry expires at 80 % of it) and the
 # timeout of each balancer's GET /internal/state within one tick.
 MERIDIAN_LIVE_PERIOD_S = env_float("MERIDIAN_LIVE_PERIOD_S", 1.0, minimum=0.2)

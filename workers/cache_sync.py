@@ -4,7 +4,7 @@ authoritative state (002 §4.4, destructive per-replica sync through the reverse
 KV events keep a balancer's cache map current between syncs, but PUB sockets drop
 messages silently under pressure and a balancer that (re)starts or adopts replicas
 after a failover has heard nothing yet.  Every ``MERIDIAN_CACHE_SYNC_PERIOD_S`` the
-task ``sync_cache_state`` POSTs each balancer's ``/internal/cache_sync``
+task ``workers.tasks.sync_cache_state`` POSTs each balancer's ``/internal/cache_sync``
 (``Authorization: Bearer MERIDIAN_INTERNAL_TOKEN``); the balancer fetches each
 owned replica's ``GET /kv_cache/blocks`` and calls ``CacheMap.sync``.  The work is
 done where the map lives; the task only says when (the balancer already knows
@@ -21,7 +21,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
-from celery import shared_task
 from django.conf import settings
 
 from fleet.models import Balancer
@@ -62,16 +61,3 @@ def sync_cache_state(*, timeout: float = 5.0) -> list[BalancerSync]:
     if not targets:
         return []
     return asyncio.run(_sync_all(targets, settings.MERIDIAN_INTERNAL_TOKEN, timeout))
-
-
-@shared_task(
-    name="workers.cache_sync.sync_cache_state",
-    autoretry_for=(OSError,),
-    retry_backoff=True,
-    retry_jitter=True,
-    max_retries=2,
-)
-def sync_cache_state_task() -> list[dict[str, Any]]:
-    """Beat entry ``sync-cache-state`` (thin: the service function does the work)."""
-    results = sync_cache_state(timeout=max(1.0, settings.MERIDIAN_CACHE_SYNC_PERIOD_S * 0.8))
-    return [r.__dict__ for r in results]

@@ -1,68 +1,58 @@
-"""Celery tasks: thin wrappers that take primitives and call plain service functions.
+"""Every Celery task of the control plane, registered in one place.
 
-Every task retries on connection trouble (Redis, a socket) with exponential backoff
-and jitter; beat entries expire before their next run (``workers.schedule``), so a
-backlog never piles probes up behind each other.
+Tasks are thin: they take primitives, read their knobs from settings and call the
+service function that does the work (the same one a management command or a test
+calls).  All share one retry policy (``workers.task_policy.control_task``); their
+beat entries, with the one expiry rule, are built in ``workers.schedule``.  The
+console's live tick is the one task outside this module (``console.live.tasks``),
+registered through the same policy: the control plane does not import the console.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
+import functools
+from typing import Any
 
-import redis
-from celery import shared_task
+from celery.signals import worker_shutdown
 from django.conf import settings
 
 from workers.balancer_probes import probe_balancers as probe_balancers_service
 from workers.balancers import sync_balancer_states
-from workers.cache_sync import sync_cache_state_task  # noqa: F401  (anti-entropy beat task)
+from workers.cache_sync import sync_cache_state as sync_cache_state_service
 from workers.failover import reconcile_ownership
-from workers.live import publish_live_snapshot  # noqa: F401  (console live snapshot task)
 from workers.probes import probe_replicas as probe_replicas_service
+from workers.providers.base import CloudProvider
+from workers.providers.factory import build_provider
 from workers.rollups import prune_rollups as prune_rollups_service
 from workers.rollups import rollup_metrics as rollup_metrics_service
-from workers.scaling_tasks import scale_services  # noqa: F401  (scaling beat task)
-
-_RETRY = {
-    "autoretry_for": (OSError, redis.ConnectionError),
-    "retry_backoff": True,
-    "retry_backoff_max": 30,
-    "retry_jitter": True,
-    "max_retries": 3,
-}
+from workers.scaling_glue import scale_services as scale_services_service
+from workers.schedule import expires_s
+from workers.task_policy import control_task, redis_client
 
 
-@contextmanager
-def _redis() -> Iterator[redis.Redis]:
-    client = redis.Redis.from_url(settings.REDIS_URL, socket_timeout=2, socket_connect_timeout=2)
-    try:
-        yield client
-    finally:
-        client.close()
+def _probe_timeout() -> float:
+    return settings.MERIDIAN_PROBE_TIMEOUT_S * 2
 
 
-@shared_task(**_RETRY)
+@control_task()
 def probe_replicas() -> list[dict[str, str]]:
     transitions = probe_replicas_service(
-        timeout=settings.MERIDIAN_PROBE_TIMEOUT_S * 2,
-        failure_threshold=settings.MERIDIAN_PROBE_FAILURE_THRESHOLD,
+        timeout=_probe_timeout(), failure_threshold=settings.MERIDIAN_PROBE_FAILURE_THRESHOLD
     )
     return [t.__dict__ for t in transitions]
 
 
-@shared_task(**_RETRY)
+@control_task()
 def probe_balancers() -> list[dict[str, str]]:
     transitions = probe_balancers_service(
-        timeout=settings.MERIDIAN_PROBE_TIMEOUT_S * 2,
-        failure_threshold=settings.MERIDIAN_PROBE_FAILURE_THRESHOLD,
+        timeout=_probe_timeout(), failure_threshold=settings.MERIDIAN_PROBE_FAILURE_THRESHOLD
     )
     return [t.__dict__ for t in transitions]
 
 
-@shared_task(**_RETRY)
+@control_task()
 def sync_balancers() -> list[dict[str, str]]:
-    with _redis() as client:
+    with redis_client() as client:
         transitions = sync_balancer_states(client, max_age_s=settings.MERIDIAN_HEARTBEAT_TTL_S)
     if transitions:
         # React to a death or a recovery now rather than at the controller's next beat.
@@ -70,18 +60,16 @@ def sync_balancers() -> list[dict[str, str]]:
     return [t.__dict__ for t in transitions]
 
 
-@shared_task(**_RETRY)
+@control_task()
 def failover_balancers() -> list[dict[str, str]]:
     return [move.__dict__ for move in reconcile_ownership()]
 
 
-@shared_task(**_RETRY)
+@control_task()
 def rollup_metrics() -> dict[str, object]:
-    with _redis() as client:
+    with redis_client() as client:
         result = rollup_metrics_service(
-            client,
-            timeout=settings.MERIDIAN_PROBE_TIMEOUT_S * 2,
-            period_s=settings.MERIDIAN_ROLLUP_PERIOD_S,
+            client, timeout=_probe_timeout(), period_s=settings.MERIDIAN_ROLLUP_PERIOD_S
         )
     return {
         "regions": len(result.regions),
@@ -91,6 +79,35 @@ def rollup_metrics() -> dict[str, object]:
     }
 
 
-@shared_task(**_RETRY)
+@control_task()
 def prune_rollups() -> int:
     return prune_rollups_service(retention_s=settings.MERIDIAN_ROLLUP_RETENTION_S)
+
+
+@control_task()
+def sync_cache_state() -> list[dict[str, Any]]:
+    """Anti-entropy: every live balancer re-reads its replicas' cache state now."""
+    # Give up on a balancer when the beat entry would have expired anyway.
+    timeout = max(1.0, expires_s(settings.MERIDIAN_CACHE_SYNC_PERIOD_S))
+    return [r.__dict__ for r in sync_cache_state_service(timeout=timeout)]
+
+
+@functools.cache
+def worker_provider() -> CloudProvider:
+    # One per worker process, kept: the emulated cloud's replica processes are this
+    # process's children and its spot trace replays on this process's clock, so a
+    # fresh provider per beat would orphan them.
+    return build_provider()
+
+
+@control_task()
+def scale_services() -> list[dict[str, object]]:
+    """Autoscaler and placement against the configured provider, every service."""
+    return [d.__dict__ for d in scale_services_service(worker_provider())]
+
+
+@worker_shutdown.connect
+def close_provider(**_: object) -> None:
+    # Emulated replicas run in their own sessions and would outlive the worker.
+    if worker_provider.cache_info().currsize:
+        worker_provider().close()

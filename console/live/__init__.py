@@ -8,7 +8,9 @@
   hook that puts every new Event on the ``console.events`` group after commit.
 * ``plotly_static``: a staticfiles finder serving the plotly package's bundled
   ``plotly.min.js`` as ``console/vendor/plotly.min.js`` (no CDN; works offline).
+* ``tick``: one live tick: gather the topology rows, balancer states, heartbeats and
+  rollups, build the snapshot, send it.
+* ``tasks``: the Celery beat task that runs a tick (``live-snapshot``).
 
-``workers.live`` is the Celery beat task that builds and sends the snapshot;
 ``console.consumers`` is the staff-only WebSocket consumer that forwards all three.
 """

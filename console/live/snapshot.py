@@ -1,6 +1,6 @@
 """One aggregated live snapshot per tick, from what the control plane can see.
 
-Inputs are plain data gathered by ``workers.live``: the topology rows, each
+Inputs are plain data gathered by ``console.live.tick``: the topology rows, each
 balancer's ``GET /internal/state`` (or the error), its Redis heartbeat and the
 latest region rollup (TTFT percentiles and forwarding come only from rollups).
 Request rate and KV-cache hit rate are computed from the balancers' cumulative

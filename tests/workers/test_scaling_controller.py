@@ -1,167 +1,122 @@
-"""The scaling controller against the database, with an in-memory provider: rows,
-events with their inputs, persisted policy state, and the autoscaler fed by rollups."""
+"""One service's scaling step, pure: plain data in, decisions and state out.
+
+No database, no settings: the step runs against ``ScriptedCloud``, and each beat
+starts from the ``scaling_state`` the previous one returned, as the live loop
+stores it on the ServiceConfig row.
+"""
 
 from __future__ import annotations
 
-import itertools
-import json
-from datetime import UTC, datetime, timedelta
-from decimal import Decimal
-from pathlib import Path
-from typing import Any
+from collections.abc import Sequence
+from dataclasses import replace
 
-import pytest
+from tests.support.scripted_cloud import ZONES, ScriptedCloud
+from workers.scaling.autoscaler import AutoscalerConfig
+from workers.scaling.controller import Preemption, ServiceStep, ServiceView, step_service
+from workers.scaling.fleet import ON_DEMAND, SPOT
 
-from fleet.models import Event, MetricRollup, Replica, ServiceConfig, Zone
-from tests.workers.conftest import Rows
-from workers.providers.base import CloudProvider, Instance, LaunchSpec, Notice
-from workers.providers.static import StaticProvider
-from workers.scaling.controller import scale_services, service_qps
-from workers.scaling.fleet import SPOT, ZoneOffer
-from workers.scaling_tasks import scale_services as scale_services_task
-from workers.scaling_tasks import worker_provider
-
-NOW = datetime(2026, 3, 1, 9, 0, tzinfo=UTC)
-
-
-class MemoryProvider(CloudProvider):
-    """Launches always succeed; notices are queued by the test."""
-
-    name = "memory"
-
-    def __init__(self, zones: list[ZoneOffer]) -> None:
-        self._zones = zones
-        self.instances: dict[str, Instance] = {}
-        self.pending: list[Notice] = []
-        self.ids = itertools.count(1)
-
-    def zones(self) -> list[ZoneOffer]:
-        return self._zones
-
-    def launch(self, spec: LaunchSpec, zone: str, kind: str, now: float) -> Instance | None:
-        handle = f"h{next(self.ids)}"
-        self.instances[handle] = Instance(
-            handle, kind, zone, f"http://127.0.0.1:1/{handle}", "provisioning", now
-        )
-        return self.instances[handle]
-
-    def terminate(self, handle: str, now: float) -> None:
-        self.instances.pop(handle)
-
-    def list(self) -> list[Instance]:
-        return list(self.instances.values())
-
-    def poll(self, now: float) -> list[Notice]:
-        notices, self.pending = self.pending, []
-        return notices
+VIEW = ServiceView(
+    model_name="m",
+    policy="spothedge",
+    autoscaler=AutoscalerConfig(
+        target_qps_per_replica=1.0, min_replicas=2, upscale_delay_s=30, downscale_delay_s=60
+    ),
+    spot_extra=1,
+    static_on_demand=1,
+    target_replicas=None,
+    scaling_state={},
+)
 
 
-@pytest.fixture
-def provider(rows: Rows) -> MemoryProvider:
-    region = rows.region("us")
-    for name in ("us-1b", "us-1c"):
-        Zone.objects.create(region=region, name=name)
-    prices = {"us-1a": 0.5, "us-1b": 0.6, "us-1c": 0.7}
-    return MemoryProvider([ZoneOffer(z, "us", p, 2.0) for z, p in prices.items()])
-
-
-def service(**fields: object) -> ServiceConfig:
-    defaults: dict[str, object] = {
-        "model_name": "m",
-        "scaling_policy": "spothedge",
-        "min_replicas": 2,
-    }
-    return ServiceConfig.objects.create(**(defaults | fields))
-
-
-@pytest.mark.django_db
-def test_first_beat_launches_spot_plus_fallback_and_explains_why(provider: MemoryProvider) -> None:
-    service(spot_extra=1)
-    (decision,) = scale_services(provider, NOW)
-    assert decision.n_target == 2
-    spot = Replica.objects.filter(kind=SPOT)
-    zones = sorted(spot.values_list("zone__name", flat=True))
-    assert zones == ["us-1a", "us-1b", "us-1c"]  # one per zone: unused zones first
-    assert Replica.objects.filter(kind="on-demand").count() == 2  # nothing ready: min(2, 3 - 0)
-    row = spot.first()
-    assert row is not None
-    assert (row.provider, row.state, row.launched_at) == ("memory", Replica.State.PROVISIONING, NOW)
-    assert row.hourly_price in (Decimal("0.5"), Decimal("0.6"), Decimal("0.7"))
-    event = Event.objects.get(kind="scaling.decision")
-    assert event.data["n_target"] == 2 and event.data["qps"] == 0
-    assert (event.data["target_spot"], event.data["target_on_demand"]) == (3, 2)
-    assert ServiceConfig.objects.get().target_replicas == 2
-
-
-@pytest.mark.django_db
-def test_preemption_notice_marks_the_row_and_moves_the_zone(provider: MemoryProvider) -> None:
-    service(spot_extra=1)
-    scale_services(provider, NOW)
-    Replica.objects.update(state=Replica.State.READY)
-    scale_services(provider, NOW + timedelta(seconds=10))
-    assert Replica.objects.filter(kind="on-demand", terminated_at__isnull=True).count() == 0
-    victim = Replica.objects.filter(kind=SPOT, zone__name="us-1a").first()
-    assert victim is not None
-    provider.pending.append(
-        Notice(victim.provider_handle, "preempted", "us-1a", NOW.timestamp() + 20)
+def beat(
+    view: ServiceView,
+    cloud: ScriptedCloud,
+    *,
+    now: float,
+    qps: float = 0.0,
+    preemptions: Sequence[Preemption] = (),
+) -> tuple[ServiceStep, ServiceView]:
+    """One step, and the view the next beat reads (what the glue would have saved)."""
+    step = step_service(
+        view, cloud.fleet(), ZONES, qps=qps, now=now, preemptions=preemptions, launcher=cloud
     )
-    scale_services(provider, NOW + timedelta(seconds=20))
-    victim.refresh_from_db()
-    assert victim.state == Replica.State.PREEMPTED and victim.terminated_at == NOW + timedelta(
-        seconds=20
-    )
-    assert Event.objects.filter(kind="replica.preempted", subject=victim.name).exists()
-    state = ServiceConfig.objects.get().scaling_state
-    assert state["placement"]["preempting"] == ["us-1a"]
-    assert Replica.objects.filter(kind="on-demand", terminated_at__isnull=True).count() == 1
+    stored = replace(view, target_replicas=step.decision.n_target, scaling_state=step.scaling_state)
+    return step, stored
 
 
-@pytest.mark.django_db
-def test_autoscaler_reads_replica_rollups(provider: MemoryProvider) -> None:
-    svc = service(
-        scaling_policy="on_demand", upscale_delay_s=0, target_qps_per_replica=1.0, qps_window_s=60
-    )
-    zone = Zone.objects.select_related("region").get(name="us-1a")
-    replica = Replica.objects.create(
-        name="m-old", url="http://127.0.0.1:1/old", model_name="m", region=zone.region, zone=zone
-    )
-    MetricRollup.objects.create(
-        scope="replica",
-        name=replica.name,
-        interval_start=NOW - timedelta(seconds=30),
-        interval_end=NOW - timedelta(seconds=20),
-        requests=180,
-    )
-    assert service_qps(svc, NOW) == 3.0
-    (decision,) = scale_services(provider, NOW)
-    assert decision.n_target == 3
-    assert Replica.objects.filter(provider="memory", kind="on-demand").count() == 3
+def test_first_step_spreads_spot_and_falls_back_to_on_demand() -> None:
+    cloud = ScriptedCloud()
+    step, _ = beat(VIEW, cloud, now=0.0)
+    assert step.decision.n_target == 2  # no traffic: min_replicas
+    assert sorted(z for k, z in (d.split("@") for d in step.decision.launched) if k == SPOT) == [
+        "zone1",
+        "zone2",
+        "zone3",
+    ]
+    assert cloud.count(ON_DEMAND) == 2  # nothing ready yet: min(N_tar, N_tar + N_extra - 0)
+    assert step.scaling_state["mix"] == {"spot": 3, "on_demand": 2}
+    assert step.changed
 
 
-@pytest.mark.django_db
-def test_static_provider_launches_nothing(rows: Rows) -> None:
-    rows.region("eu")
-    service()
-    assert scale_services(StaticProvider([ZoneOffer("eu-1a", "eu", 1.0, 2.0)]), NOW) == []
-    assert not Replica.objects.exists()
+def test_fallback_ends_once_spot_is_ready_and_a_steady_fleet_is_quiet() -> None:
+    cloud = ScriptedCloud()
+    _, view = beat(VIEW, cloud, now=0.0)
+    cloud.make_ready()
+    step, view = beat(view, cloud, now=10.0)
+    assert cloud.count(ON_DEMAND) == 0 and cloud.count(SPOT) == 3
+    assert step.decision.ready_spot == 3 and len(step.decision.terminated) == 2
+
+    step, _ = beat(view, cloud, now=20.0)
+    assert not step.changed  # nothing launched, terminated, preempted; same N_tar
+    assert step.decision.launched == [] and step.decision.terminated == []
+    # The stored state stays bounded: terminated replicas have left it.
+    assert step.scaling_state["ready_seen"] == sorted(cloud.live)
 
 
-@pytest.mark.django_db
-def test_beat_task_builds_the_configured_provider(
-    rows: Rows, settings: Any, tmp_path: Path
-) -> None:
-    rows.region("us")
-    history = [{"AvailabilityZone": "us-1a", "InstanceType": "p3.2xlarge", "SpotPrice": "0.8"}]
-    (tmp_path / "p3.json").write_text(json.dumps({"SpotPriceHistory": history}))
-    settings.MERIDIAN_CLOUD_PROVIDER = "static"
-    settings.MERIDIAN_CLOUD_SPOT_PRICE_DATA = str(tmp_path)
-    service()
-    worker_provider.cache_clear()
-    try:
-        assert scale_services_task() == []
-        assert worker_provider().zones() == [
-            ZoneOffer("us-1a", "us", 0.8, settings.MERIDIAN_CLOUD_ON_DEMAND_PRICE)
-        ]
-    finally:
-        worker_provider.cache_clear()
-    assert not Replica.objects.exists()
+def test_a_preemption_of_this_service_moves_its_zone_and_launches_a_replacement() -> None:
+    cloud = ScriptedCloud()
+    _, view = beat(VIEW, cloud, now=0.0)
+    cloud.make_ready()
+    _, view = beat(view, cloud, now=10.0)
+    (lost,) = cloud.lose_zone("zone1")
+    step, view = beat(view, cloud, now=20.0, preemptions=[Preemption("m", SPOT, lost.zone)])
+    assert step.placement["preempting"] == ["zone1"]
+    assert step.changed
+    # N_tar + N_extra spot again, away from the lost zone; on-demand covers the cold start.
+    assert cloud.count(SPOT) == 3 and cloud.count(SPOT, "zone1") == 0
+    assert cloud.count(ON_DEMAND) == 1  # min(2, 3 - 2 ready)
+
+
+def test_another_services_preemption_leaves_this_one_alone() -> None:
+    cloud = ScriptedCloud()
+    _, view = beat(VIEW, cloud, now=0.0)
+    step, _ = beat(view, cloud, now=10.0, preemptions=[Preemption("other", SPOT, "zone1")])
+    assert step.placement["preempting"] == []
+    assert not step.changed  # no scaling.decision Event for a fleet that did not move
+
+
+def test_a_spot_replica_turning_ready_brings_its_zone_back() -> None:
+    cloud = ScriptedCloud()
+    cloud.capacity["zone2"] = 0
+    step, view = beat(VIEW, cloud, now=0.0)
+    assert step.decision.refused == ["spot@zone2"]
+    assert step.placement["preempting"] == ["zone2"]
+    cloud.capacity["zone2"] = 10
+    # A replica in zone2 (e.g. launched before the zone ran dry) turns ready.
+    cloud.launch(SPOT, "zone2")
+    cloud.make_ready()
+    step, view = beat(view, cloud, now=10.0)
+    assert step.placement["preempting"] == []
+    ready_seen = step.scaling_state["ready_seen"]
+    assert isinstance(ready_seen, list) and any(h.startswith("spot-zone2-") for h in ready_seen)
+
+
+def test_the_autoscaler_waits_out_its_delay_across_steps() -> None:
+    cloud = ScriptedCloud()
+    step, view = beat(VIEW, cloud, now=0.0, qps=4.0)
+    assert step.decision.n_target == 2  # N_can = 4, but the upscale delay (30 s) runs
+    step, view = beat(view, cloud, now=20.0, qps=4.0)
+    assert step.decision.n_target == 2
+    step, view = beat(view, cloud, now=30.0, qps=4.0)
+    assert step.decision.n_target == 4 and step.changed
+    assert view.target_replicas == 4

@@ -32,9 +32,9 @@ from tests.support.processes import ProcessGroup, free_port
 from workers.cost import cost_summary
 from workers.probes import probe_replicas
 from workers.providers.emulated import ColdStartModel, EmulatedCloudProvider, SpotMarket
-from workers.scaling.controller import scale_services
 from workers.scaling.fleet import ON_DEMAND, SPOT, ZoneOffer
 from workers.scaling.traces import load_traces
+from workers.scaling_glue import scale_services
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 

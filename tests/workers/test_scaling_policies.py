@@ -1,67 +1,20 @@
 """Placement policies and the autoscaler, pure: no database, no settings.
 
-``ScriptedCloud`` is a cloud whose spot capacity per zone the test sets by hand and
-whose replicas become ready when the test says so, so each step of SkyServe's
-Figure 7 narrative can be staged exactly.
+``ScriptedCloud`` (``tests.support.scripted_cloud``) is a cloud whose spot capacity
+per zone the test sets by hand and whose replicas become ready when the test says
+so, so each step of SkyServe's Figure 7 narrative can be staged exactly.
 """
 
 from __future__ import annotations
 
-import itertools
-from dataclasses import dataclass, field
-
 import pytest
 
+from tests.support.scripted_cloud import ZONES, ScriptedCloud
 from workers.scaling.autoscaler import AutoscalerConfig, AutoscalerState, RequestRateAutoscaler
-from workers.scaling.fleet import ON_DEMAND, SPOT, Fleet, FleetReplica, MixTarget, ZoneOffer
+from workers.scaling.fleet import ON_DEMAND, SPOT, Fleet, FleetReplica, MixTarget
 from workers.scaling.reconcile import reconcile
 from workers.scaling.registry import build_policy
 from workers.scaling.spothedge import SpotHedgePolicy
-
-ZONES = [
-    ZoneOffer(f"zone{i}", "r", spot_price=1.0 + i / 10, on_demand_price=3.0) for i in (1, 2, 3)
-]
-
-
-@dataclass
-class ScriptedCloud:
-    capacity: dict[str, int] = field(default_factory=lambda: {z.name: 10 for z in ZONES})
-    live: dict[str, FleetReplica] = field(default_factory=dict)
-    ids: itertools.count[int] = field(default_factory=itertools.count)
-    terminated: list[FleetReplica] = field(default_factory=list)
-
-    def launch(self, kind: str, zone: str) -> str | None:
-        if kind == SPOT and self.spot_in(zone) >= self.capacity[zone]:
-            return None
-        handle = f"{kind}-{zone}-{next(self.ids)}"
-        self.live[handle] = FleetReplica(handle, kind, zone, ready=False, launched_at=0.0)
-        return handle
-
-    def terminate(self, handle: str) -> None:
-        self.terminated.append(self.live.pop(handle))
-
-    def spot_in(self, zone: str) -> int:
-        return sum(1 for r in self.live.values() if r.kind == SPOT and r.zone == zone)
-
-    def make_ready(self, policy: SpotHedgePolicy) -> None:
-        for handle, r in list(self.live.items()):
-            if not r.ready:
-                self.live[handle] = FleetReplica(r.handle, r.kind, r.zone, True, r.launched_at)
-                if r.kind == SPOT:
-                    policy.spot_ready(r.zone)
-
-    def lose_zone(self, zone: str, policy: SpotHedgePolicy) -> None:
-        self.capacity[zone] = 0
-        for handle, r in list(self.live.items()):
-            if r.kind == SPOT and r.zone == zone:
-                del self.live[handle]
-                policy.spot_preempted(zone)
-
-    def fleet(self) -> Fleet:
-        return Fleet(tuple(self.live.values()))
-
-    def count(self, kind: str, zone: str | None = None) -> int:
-        return sum(1 for r in self.live.values() if r.kind == kind and zone in (None, r.zone))
 
 
 def spothedge(n_extra: int = 1) -> SpotHedgePolicy:

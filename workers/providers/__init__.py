@@ -7,6 +7,6 @@
                 start, spot capacity replayed from a trace or a Poisson model
 - ``factory``   the provider the settings name
 
-Policies never call a provider: ``workers.scaling.controller`` does.  The SkyPilot
-mapping is a design note, ``docs/skypilot-provider.md``.
+Policies never call a provider: the scaling loop's glue (``workers.scaling_glue``)
+does.  The SkyPilot mapping is a design note, ``docs/skypilot-provider.md``.
 """

@@ -1,4 +1,4 @@
-"""The provider interface: what the scaling controller may ask of a cloud."""
+"""The provider interface: what the scaling loop (``workers.scaling_glue``) may ask of a cloud."""
 
 from __future__ import annotations
 
@@ -50,6 +50,9 @@ class Notice:
 
 class CloudProvider(ABC):
     name: str
+    # False for providers whose replicas an operator registers: the scaling loop then
+    # only records their notices and never asks for a launch.
+    can_launch: bool = True
 
     @abstractmethod
     def zones(self) -> list[ZoneOffer]:

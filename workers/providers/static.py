@@ -10,6 +10,7 @@ from workers.scaling.fleet import ZoneOffer
 
 class StaticProvider(CloudProvider):
     name = "static"
+    can_launch = False
 
     def __init__(self, zones: list[ZoneOffer]) -> None:
         self._zones = zones

@@ -13,10 +13,13 @@ the very same objects):
 - ``registry``    build_policy(name, zones, ...)
 - ``reconcile``   one step: terminate the excess, launch the deficit
 - ``autoscaler``  request-rate autoscaler, N_can = ceil(R / Q_tar) with delays (§4)
+- ``controller``  one service's beat: autoscaler, policy state, reconcile, state to store
 - ``traces``      SkyPilot spot traces by path; Poisson spot model
 - ``prices``      per-zone spot prices from AWS price-history JSON
 - ``simulate``    virtual-time replay of a trace under a policy
 
-Glue (Django): ``controller`` runs autoscaler + placement against a provider
-(``workers.providers``) for every ServiceConfig with a scaling policy.
+The Django side lives beside the package, in ``workers.scaling_glue``: it reads the
+rows into these dataclasses, launches through a provider (``workers.providers``),
+records Events and stores each service's ``scaling_state``.  mypy checks this package
+strictly, every module of it.
 """

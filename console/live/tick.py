@@ -1,12 +1,13 @@
-"""Celery beat task: one aggregated live snapshot per tick for the console.
+"""One live tick: gather what the control plane can see, aggregate it, send it once.
 
-Each tick reads every balancer's ``GET /internal/state`` concurrently with a short
-timeout (a dead balancer costs one timeout, not a stalled tick), the heartbeats and
-the latest region rollups from Redis, and the topology rows; ``console.live.snapshot``
-turns them into per-region numbers, and the result goes to the ``console.live``
-group once.  The previous tick's counter totals live in Redis so rates survive
-worker restarts and any worker may run the next tick.  The beat entry's ``expires``
-is shorter than its period, so a slow tick is dropped rather than queued.
+Each tick (the Celery task ``console.live.tasks.publish_live_snapshot``) reads every
+balancer's ``GET /internal/state`` concurrently with a short timeout (a dead balancer
+costs one timeout, not a stalled tick), the heartbeats and the latest region rollups
+from Redis, and the topology rows; ``snapshot`` turns them into per-region numbers,
+and the result goes to the ``console.live`` group once.  The previous tick's counter
+totals live in Redis so rates survive worker restarts and any worker may run the next
+tick.  The beat entry's ``expires`` is shorter than its period, so a slow tick is
+dropped rather than queued.
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ from typing import Any
 
 import httpx
 import redis
-from celery import shared_task
 from django.conf import settings
 
 from console.live.messages import LIVE_GROUP, SNAPSHOT_TYPE
@@ -106,14 +106,3 @@ def publish_live(client: redis.Redis, *, timeout: float) -> dict[str, Any]:
     client.set(PREVIOUS_KEY, json.dumps(totals), ex=60)
     send(LIVE_GROUP, SNAPSHOT_TYPE, snapshot)
     return snapshot
-
-
-@shared_task(ignore_result=True)
-def publish_live_snapshot() -> int:
-    """Beat entry ``live-snapshot``; returns how many regions the snapshot held."""
-    client = redis.Redis.from_url(settings.REDIS_URL, socket_timeout=2, socket_connect_timeout=2)
-    try:
-        snapshot = publish_live(client, timeout=settings.MERIDIAN_LIVE_STATE_TIMEOUT_S)
-    finally:
-        client.close()
-    return len(snapshot["regions"])

@@ -1,0 +1,240 @@
+"""The live scaling loop's Django side: rows in, the pure step, decisions applied.
+
+Each beat: provider notices become Replica rows; then for every ServiceConfig with a
+scaling policy, its row, its launched replicas and its QPS become the plain data of
+``workers.scaling.controller.step_service``, which launches and terminates through
+``ProviderLauncher`` (a provider call and a Replica row each).  The step's state is
+saved on the ServiceConfig, and one ``scaling.decision`` Event with its inputs is
+recorded whenever anything changed, so an operator can see why the fleet looks the
+way it does.
+
+Launched replicas start ``provisioning`` (billed from now), become ``starting`` when the
+provider reports their process running, and ``ready`` through the ordinary readiness
+probes (``workers.probes``); balancers pick them up on their next topology refresh.
+"""
+
+from __future__ import annotations
+
+import secrets
+from datetime import UTC, datetime, timedelta
+
+from django.db.models import Q, Sum
+from django.utils import timezone
+from django.utils.text import slugify
+
+from fleet.models import Event, MetricRollup, Replica, ServiceConfig, Zone
+from workers.providers.base import CloudProvider, Instance, LaunchSpec, Notice
+from workers.scaling.autoscaler import AutoscalerConfig
+from workers.scaling.controller import (
+    Preemption,
+    ScaleDecision,
+    ServiceStep,
+    ServiceView,
+    step_service,
+)
+from workers.scaling.fleet import Fleet, FleetReplica
+
+# Launched and billed.  A failed replica stays in the fleet (not ready) so the policy
+# counts it, may terminate it, and gets it back when its probe recovers.
+LIVE_STATES = (
+    Replica.State.PROVISIONING,
+    Replica.State.STARTING,
+    Replica.State.READY,
+    Replica.State.FAILED,
+)
+
+
+def scale_services(provider: CloudProvider, now: datetime | None = None) -> list[ScaleDecision]:
+    """One beat: apply provider notices, then scale every service that has a policy."""
+    moment = now or timezone.now()
+    preempted = apply_notices(provider, provider.poll(moment.timestamp()))
+    if not provider.can_launch:
+        return []  # e.g. a static provider: its replicas are the operator's
+    preemptions = [Preemption(r.model_name, r.kind, r.zone.name) for r in preempted]
+    services = ServiceConfig.objects.exclude(scaling_policy=ServiceConfig.ScalingPolicy.NONE)
+    return [scale_service(s, provider, moment, preemptions) for s in services]
+
+
+def scale_service(
+    service: ServiceConfig, provider: CloudProvider, now: datetime, preemptions: list[Preemption]
+) -> ScaleDecision:
+    step = step_service(
+        service_view(service),
+        launched_fleet(service, provider),
+        provider.zones(),
+        qps=service_qps(service, now),
+        now=now.timestamp(),
+        preemptions=preemptions,
+        launcher=ProviderLauncher(provider, service, now),
+    )
+    save_step(service, step)
+    if step.changed:
+        record_decision(step)
+    return step.decision
+
+
+# --- rows in -----------------------------------------------------------------------------
+
+
+def service_view(service: ServiceConfig) -> ServiceView:
+    return ServiceView(
+        model_name=service.model_name,
+        policy=service.scaling_policy,
+        autoscaler=AutoscalerConfig(
+            target_qps_per_replica=service.target_qps_per_replica,
+            min_replicas=service.min_replicas,
+            max_replicas=service.max_replicas,
+            upscale_delay_s=service.upscale_delay_s,
+            downscale_delay_s=service.downscale_delay_s,
+        ),
+        spot_extra=service.spot_extra,
+        static_on_demand=service.static_on_demand,
+        target_replicas=service.target_replicas,
+        scaling_state=dict(service.scaling_state or {}),
+    )
+
+
+def launched_fleet(service: ServiceConfig, provider: CloudProvider) -> Fleet:
+    rows = Replica.objects.select_related("zone").filter(
+        model_name=service.model_name, provider=provider.name, state__in=LIVE_STATES
+    )
+    return Fleet(tuple(_fleet_replica(r) for r in rows))
+
+
+def _fleet_replica(row: Replica) -> FleetReplica:
+    launched = (row.launched_at or row.created_at).timestamp()
+    ready = row.state == Replica.State.READY
+    return FleetReplica(row.provider_handle, row.kind, row.zone.name, ready, launched)
+
+
+def service_qps(service: ServiceConfig, now: datetime) -> float:
+    """Requests per second to the service's replicas over its QPS window (replica rollups)."""
+    window = max(1, service.qps_window_s)
+    since = now - timedelta(seconds=window)
+    names = Replica.objects.filter(
+        Q(terminated_at__isnull=True) | Q(terminated_at__gt=since), model_name=service.model_name
+    ).values_list("name", flat=True)
+    total = MetricRollup.objects.filter(
+        scope=MetricRollup.Scope.REPLICA,
+        name__in=list(names),
+        interval_end__gt=since,
+        interval_end__lte=now,
+    ).aggregate(n=Sum("requests"))["n"]
+    return float(total or 0) / window
+
+
+# --- provider notices --------------------------------------------------------------------
+
+
+def apply_notices(provider: CloudProvider, notices: list[Notice]) -> list[Replica]:
+    """Record what the provider saw; the preempted replicas."""
+    preempted = []
+    for notice in notices:
+        replica = Replica.objects.filter(
+            provider=provider.name, provider_handle=notice.handle
+        ).first()
+        if replica is None:
+            continue
+        _apply_notice(replica, notice)
+        if replica.state == Replica.State.PREEMPTED:
+            preempted.append(replica)
+            _record_preemption(replica)
+    return preempted
+
+
+def _apply_notice(replica: Replica, notice: Notice) -> None:
+    replica.state_changed_at = _dt(notice.at)
+    if notice.event == "running":
+        replica.state = Replica.State.STARTING
+    else:
+        preempted = notice.event == "preempted"
+        replica.state = Replica.State.PREEMPTED if preempted else Replica.State.TERMINATED
+        replica.terminated_at = _dt(notice.at)
+    replica.save(update_fields=["state", "state_changed_at", "terminated_at"])
+
+
+def _record_preemption(replica: Replica) -> None:
+    Event.record(
+        "replica.preempted",
+        f"{replica.name}: spot preempted in {replica.zone.name}",
+        subject=replica.name,
+        severity="warning",
+        zone=replica.zone.name,
+    )
+
+
+# --- decisions applied -------------------------------------------------------------------
+
+
+class ProviderLauncher:
+    """``Launcher`` over a provider: every launch and termination is a Replica row."""
+
+    def __init__(self, provider: CloudProvider, service: ServiceConfig, now: datetime) -> None:
+        self.provider, self.service, self.now = provider, service, now
+
+    def launch(self, kind: str, zone: str) -> str | None:
+        name = replica_name(self.service.model_name, kind, zone)
+        spec = LaunchSpec(self.service.model_name, name)
+        instance = self.provider.launch(spec, zone, kind, self.now.timestamp())
+        if instance is None:
+            return None
+        self._create_row(name, kind, zone, instance)
+        return instance.handle
+
+    def terminate(self, handle: str) -> None:
+        self.provider.terminate(handle, self.now.timestamp())
+        Replica.objects.filter(provider=self.provider.name, provider_handle=handle).update(
+            state=Replica.State.TERMINATED, state_changed_at=self.now, terminated_at=self.now
+        )
+
+    def _create_row(self, name: str, kind: str, zone: str, instance: Instance) -> Replica:
+        zone_row = Zone.objects.select_related("region").get(name=zone)
+        return Replica.objects.create(
+            name=name,
+            url=instance.url,
+            model_name=self.service.model_name,
+            region=zone_row.region,
+            zone=zone_row,
+            kind=kind,
+            hourly_price=self.provider.price(zone, kind),
+            state=Replica.State.PROVISIONING,
+            state_changed_at=self.now,
+            launched_at=_dt(instance.launched_at),
+            provider=self.provider.name,
+            provider_handle=instance.handle,
+        )
+
+
+def replica_name(model_name: str, kind: str, zone: str) -> str:
+    base = slugify(f"{model_name}-{kind}-{zone}")[:72]
+    return f"{base}-{secrets.token_hex(3)}"  # unique without counting rows
+
+
+def save_step(service: ServiceConfig, step: ServiceStep) -> None:
+    service.scaling_state = step.scaling_state
+    service.target_replicas = step.decision.n_target
+    service.save(update_fields=["scaling_state", "target_replicas", "updated_at"])
+
+
+def record_decision(step: ServiceStep) -> None:
+    d, target = step.decision, step.target
+    Event.record(
+        "scaling.decision",
+        f"{d.service}: N_tar={d.n_target}, mix {target.spot} spot + {target.on_demand}"
+        f" on-demand; launched {len(d.launched)}, terminated {len(d.terminated)}",
+        subject=d.service,
+        qps=round(d.qps, 4),
+        n_target=d.n_target,
+        ready_spot=d.ready_spot,
+        ready_on_demand=d.ready_on_demand,
+        target_spot=target.spot,
+        target_on_demand=target.on_demand,
+        launched=d.launched,
+        terminated=d.terminated,
+        refused=d.refused,
+        placement=step.placement,
+    )
+
+
+def _dt(ts: float) -> datetime:
+    return datetime.fromtimestamp(ts, tz=UTC)
