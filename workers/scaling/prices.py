@@ -2,7 +2,8 @@
 
 Reads ``aws ec2 describe-spot-price-history`` JSON (``SpotPriceHistory[]`` with
 ``AvailabilityZone``, ``InstanceType``, ``SpotPrice``) from every ``*.json`` under a
-folder, e.g. the 2020 multi-region logs in ``../shared/data/spot_price_availability_2020/aws/cost``.
+folder, e.g. the 2020 multi-region logs (``logs/aws/cost`` of
+github.com/stanford-futuredata/training_on_a_dime).
 SkyServe §2.1 notes spot prices are "generally stable over time" with differences across
 zones, so a per-zone mean is what placement compares.
 """
