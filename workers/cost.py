@@ -15,7 +15,14 @@ from django.conf import settings
 from django.db.models import Q
 
 from fleet.models import MetricRollup, Replica, ServiceConfig
-from workers.costing import BilledReplica, CostSummary, RegionLoad, Service, summarize
+from workers.costing import (
+    BilledReplica,
+    CostSummary,
+    RegionLoad,
+    Service,
+    hourly_by_region,
+    summarize,
+)
 
 DEAD_STATES = (Replica.State.TERMINATED, Replica.State.PREEMPTED, Replica.State.FAILED)
 
@@ -42,6 +49,13 @@ def billed_replicas(window_start: datetime) -> list[BilledReplica]:
         )
         for r in rows
     ]
+
+
+def hourly_cost_by_region(now: datetime) -> dict[str, Decimal]:
+    """What each region is billed per hour right now: the overview's and the live feed's
+    "cost now", by the same rule as the Cost page's rate table."""
+    by_kind = hourly_by_region(billed_replicas(now), now)
+    return {region: sum(kinds.values(), Decimal(0)) for region, kinds in by_kind.items()}
 
 
 def _target_replicas(service: ServiceConfig) -> int | None:

@@ -27,7 +27,6 @@ class ReplicaRow:
     zone: str
     kind: str
     state: str
-    hourly_price: float
     owner: str | None
 
 
@@ -50,6 +49,7 @@ class TickInputs:
     rollups: dict[str, dict[str, Any] | None]  # region -> latest rollup row
     previous: dict[str, dict[str, float]] = field(default_factory=dict)
     heartbeat_ttl_s: float = 5.0
+    hourly_cost: dict[str, float] = field(default_factory=dict)  # region -> $/h billed now
 
 
 def balancer_totals(state: dict[str, Any], now: float) -> dict[str, float]:
@@ -156,9 +156,7 @@ def region_view(name: str, display: str, inputs: TickInputs, deltas: dict[str, A
         "by_kind": _kinds(replicas),
         "rps": round(grown["requests"] / seconds, 2) if seconds > 0 else None,
         "hit_rate": _ratio(grown["cached_tokens"], grown["prompt_tokens"]),
-        "hourly_cost": round(
-            sum(r.hourly_price for r in replicas if r.state in {"ready", "starting", "draining"}), 4
-        ),
+        "hourly_cost": round(inputs.hourly_cost.get(name, 0.0), 4),
         **_gauges(states),
         **_rollup_fields(inputs.rollups.get(name)),
     }

@@ -20,12 +20,14 @@ from typing import Any
 import httpx
 import redis
 from django.conf import settings
+from django.utils import timezone
 
 from console.live.messages import LIVE_GROUP, SNAPSHOT_TYPE
 from console.live.publish import send
 from console.live.snapshot import BalancerRow, ReplicaRow, TickInputs, build_snapshot
 from fleet.models import Balancer, Region, Replica
 from routing.core.peers import Heartbeat, heartbeat_key
+from workers.cost import hourly_cost_by_region
 from workers.rollups import LATEST_KEY
 
 PREVIOUS_KEY = "meridian:live:previous"
@@ -75,7 +77,6 @@ def topology_rows() -> tuple[list[tuple[str, str]], list[BalancerRow], list[Repl
             r.zone.name,
             r.kind,
             r.state,
-            float(r.hourly_price),
             r.balancer.name if r.balancer else None,
         )
         for r in Replica.objects.select_related("region", "zone", "balancer")
@@ -97,6 +98,9 @@ def gather_inputs(client: redis.Redis, *, timeout: float) -> TickInputs:
         rollups=_rollups(client, [name for name, _ in regions]),
         previous=json.loads(previous) if previous else {},
         heartbeat_ttl_s=settings.MERIDIAN_HEARTBEAT_TTL_S,
+        hourly_cost={
+            region: float(rate) for region, rate in hourly_cost_by_region(timezone.now()).items()
+        },
     )
 
 

@@ -8,8 +8,10 @@ from dataclasses import dataclass, field
 from django.contrib.admin.views.decorators import staff_member_required
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
+from django.utils import timezone
 
 from fleet.models import Balancer, Event, Region, RegionLatency, Replica
+from workers.cost import hourly_cost_by_region
 
 
 @dataclass
@@ -29,10 +31,7 @@ class RegionCard:
     def ready_count(self) -> int:
         return sum(1 for r in self.replicas if r.state == Replica.State.READY)
 
-    @property
-    def hourly_cost(self) -> float:
-        live = {Replica.State.READY, Replica.State.STARTING, Replica.State.DRAINING}
-        return float(sum(r.hourly_price for r in self.replicas if r.state in live))
+    hourly_cost: float = 0.0  # workers.cost's rule: billed from launch to termination
 
 
 def region_cards() -> list[RegionCard]:
@@ -46,6 +45,9 @@ def region_cards() -> list[RegionCard]:
         cards[replica.region_id].replicas.append(replica)
     for latency in RegionLatency.objects.select_related("target"):
         cards[latency.source_id].latencies.append(latency)
+    hourly = hourly_cost_by_region(timezone.now())
+    for card in cards.values():
+        card.hourly_cost = float(hourly.get(card.region.name, 0))
     return list(cards.values())
 
 

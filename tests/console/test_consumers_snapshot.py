@@ -27,8 +27,8 @@ def inputs(now: float, st: dict[str, Any] | None, previous: dict[str, Any]) -> T
             BalancerRow("eu-lb", "eu", "http://127.0.0.1:2", "up"),
         ],
         replicas=[
-            ReplicaRow("us-r1", "us", "us-1", "spot", "ready", 1.5, None),
-            ReplicaRow("us-r2", "us", "us-1", "reserved", "preempted", 3.0, None),
+            ReplicaRow("us-r1", "us", "us-1", "spot", "ready", None),
+            ReplicaRow("us-r2", "us", "us-1", "reserved", "preempted", None),
         ],
         states={"us-lb": st, "eu-lb": None},
         heartbeats={"us-lb": now - 1, "eu-lb": now - 60},
@@ -43,6 +43,7 @@ def inputs(now: float, st: dict[str, Any] | None, previous: dict[str, Any]) -> T
             "eu": None,
         },
         previous=previous,
+        hourly_cost={"us": 1.5},
     )
 
 
@@ -57,6 +58,7 @@ def test_rates_and_hit_rate_come_from_counter_growth_between_ticks() -> None:
     assert us["by_kind"] == {"reserved": [0, 1], "spot": [1, 1]}
     assert us["local_share"] == 0.6 and us["ttft_p90_s"] == 0.3
     assert us["balancer_up"] and not eu["balancer_up"]  # eu: stale heartbeat, no answer
+    assert (us["hourly_cost"], eu["hourly_cost"]) == (1.5, 0.0)  # workers.cost's billed rate
 
 
 def test_a_restarted_balancer_counts_from_zero_not_negative() -> None:
