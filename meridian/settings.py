@@ -292,5 +292,16 @@ MERIDIAN_CLOUD_PROVISION_S = env_float("MERIDIAN_CLOUD_PROVISION_S", 20.0, minim
 MERIDIAN_CLOUD_MODEL_LOAD_S = env_float("MERIDIAN_CLOUD_MODEL_LOAD_S", 10.0, minimum=0.0)
 # Emulated replicas launched by the cloud run at the demo's engine speed.
 MERIDIAN_CLOUD_SIM_TIME_SCALE = env_float("MERIDIAN_SIM_TIME_SCALE", 1.0, minimum=0.001)
-# Window of cost_summary and GET /metrics/cost.
+# Window of the Cost page, cost_summary and GET /metrics/cost.
 MERIDIAN_COST_WINDOW_S = env_float("MERIDIAN_COST_WINDOW_S", 3600.0, minimum=1.0)
+
+# -- the demo stack (manage.py run_demo, `make run`) ------------------------------------
+MERIDIAN_HOST = env_str("MERIDIAN_HOST", "127.0.0.1")
+MERIDIAN_CONSOLE_PORT = env_int("MERIDIAN_CONSOLE_PORT", 8000, minimum=1)
+MERIDIAN_BALANCER_BASE_PORT = env_int("MERIDIAN_BALANCER_BASE_PORT", 8100, minimum=1)
+MERIDIAN_REPLICA_BASE_PORT = env_int("MERIDIAN_REPLICA_BASE_PORT", 9100, minimum=1)
+MERIDIAN_SIM_PROFILE = env_str("MERIDIAN_SIM_PROFILE", "l4-llama3.1-8b")
+MERIDIAN_DEMO_TRAFFIC = env_bool("MERIDIAN_DEMO_TRAFFIC", True)
+MERIDIAN_DEMO_TRAFFIC_RATE = env_float("MERIDIAN_DEMO_TRAFFIC_RATE", 0.5, minimum=0.0)
+MERIDIAN_DEMO_TRAFFIC_S = env_int("MERIDIAN_DEMO_TRAFFIC_S", 3600, minimum=1)
+MERIDIAN_BALANCER_SERVER = env_str("MERIDIAN_BALANCER_SERVER", "uvicorn")

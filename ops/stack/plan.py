@@ -24,7 +24,7 @@ class StackOptions:
     traffic_rate: float
     traffic_duration_s: int
     var_dir: Path
-    # The ASGI server of the balancers: uvicorn by default (16-33 % less CPU per
+    # The ASGI server of the balancers: uvicorn by default (16-34 % less CPU per
     # proxied request than daphne and no stalls at 128 streams, docs/performance.md);
     # the console stays on daphne (Channels WebSockets).
     balancer_server: str = "uvicorn"

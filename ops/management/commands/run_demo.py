@@ -1,7 +1,7 @@
 """`manage.py run_demo`: bring up the whole three-region demo and keep it running.
 
 Ensures Redis (embedded if none answers), migrates, seeds the demo topology,
-creates credentials, starts emulated replicas, one daphne balancer per region,
+creates credentials, starts emulated replicas, one balancer (uvicorn) per region,
 the console, a Celery worker with beat and synthetic traffic, prints where
 everything is, and stops every child on Ctrl-C or SIGTERM.
 """
@@ -18,7 +18,6 @@ from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from meridian.env import env_bool, env_float, env_int, env_str
 from ops.demo import DEMO_MODEL, DEMO_POLICY, DemoTopology, plan_demo, seed_demo
 from ops.embedded_redis import EmbeddedRedis, RedisUnavailableError, ensure_redis
 from ops.stack.banner import banner
@@ -91,22 +90,23 @@ class Command(BaseCommand):
         self.stdout.write("Every process stopped.")
 
     def stack_options(self, *, traffic: bool) -> StackOptions:
+        s = settings
         return StackOptions(
-            host=env_str("MERIDIAN_HOST", "127.0.0.1"),
-            console_port=env_int("MERIDIAN_CONSOLE_PORT", 8000, minimum=1),
-            balancer_base_port=env_int("MERIDIAN_BALANCER_BASE_PORT", 8100, minimum=1),
-            replica_base_port=env_int("MERIDIAN_REPLICA_BASE_PORT", 9100, minimum=1),
-            time_scale=env_float("MERIDIAN_SIM_TIME_SCALE", 1.0, minimum=0.001),
-            profile=env_str("MERIDIAN_SIM_PROFILE", "l4-llama3.1-8b"),
-            traffic=traffic and env_bool("MERIDIAN_DEMO_TRAFFIC", True),
-            traffic_rate=env_float("MERIDIAN_DEMO_TRAFFIC_RATE", 0.5, minimum=0.0),
-            traffic_duration_s=env_int("MERIDIAN_DEMO_TRAFFIC_S", 3600, minimum=1),
+            host=s.MERIDIAN_HOST,
+            console_port=s.MERIDIAN_CONSOLE_PORT,
+            balancer_base_port=s.MERIDIAN_BALANCER_BASE_PORT,
+            replica_base_port=s.MERIDIAN_REPLICA_BASE_PORT,
+            time_scale=s.MERIDIAN_CLOUD_SIM_TIME_SCALE,
+            profile=s.MERIDIAN_SIM_PROFILE,
+            traffic=traffic and s.MERIDIAN_DEMO_TRAFFIC,
+            traffic_rate=s.MERIDIAN_DEMO_TRAFFIC_RATE,
+            traffic_duration_s=s.MERIDIAN_DEMO_TRAFFIC_S,
             var_dir=Path(settings.VAR_DIR),
             balancer_server=self.balancer_server(),
         )
 
     def balancer_server(self) -> str:
-        server = env_str("MERIDIAN_BALANCER_SERVER", "uvicorn")
+        server = settings.MERIDIAN_BALANCER_SERVER
         if server not in BALANCER_SERVERS:
             raise CommandError(
                 f"MERIDIAN_BALANCER_SERVER={server!r}: choose {' or '.join(BALANCER_SERVERS)}"
