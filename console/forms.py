@@ -10,7 +10,6 @@ from django.conf import settings
 
 from fleet.models import Balancer, Region, RegionLatency, Replica, ServiceConfig, Zone
 from routing.core.registry import policy_names
-from workers.probes import probe_url
 
 
 class RegionForm(forms.ModelForm):  # type: ignore[type-arg]
@@ -70,6 +69,10 @@ class AddReplicaForm(forms.ModelForm):  # type: ignore[type-arg]
         return data
 
     def _probe(self, url: str, model: str) -> None:
+        # The prober (httpx) loads when a replica form is validated, not with the
+        # URLconf that every manage.py command imports for its checks.
+        from workers.probes import probe_url
+
         config = ServiceConfig.objects.filter(model_name=model).first()
         mode = config.readiness_probe if config else ServiceConfig.ReadinessProbe.HEALTH
         result = probe_url(url, model, mode, timeout=settings.MERIDIAN_PROBE_TIMEOUT_S * 2)

@@ -38,8 +38,12 @@ DEBUG = env_bool("MERIDIAN_DEBUG", False)
 ALLOWED_HOSTS = env_list("MERIDIAN_ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]"])
 CSRF_TRUSTED_ORIGINS = env_list("MERIDIAN_CSRF_TRUSTED_ORIGINS", [])
 
+# "daphne" is not an app here: its AppConfig imports daphne.server (Twisted and its
+# reactor) into every process, every manage.py command included, only to replace
+# `runserver` with an ASGI one.  The console runs under the `daphne` command
+# (`daphne meridian.asgi:application`, as `make run` starts it), which needs no app;
+# Django's own `runserver` serves plain HTTP pages but not the live WebSocket views.
 INSTALLED_APPS = [
-    "daphne",
     "django.contrib.admin",
     "django.contrib.auth",
     "django.contrib.contenttypes",

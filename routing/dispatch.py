@@ -33,18 +33,16 @@ import logging
 import math
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from django.http import HttpResponse, HttpResponseBase, StreamingHttpResponse
 
+from routing.calls import HOP_HEADER, ROUTE_FORWARDED_OUT, ProxyCall
 from routing.core import errors
 from routing.core.leases import Lease
-from routing.core.openai_request import CompletionRequest
 from routing.core.pending_queue import QueueFullError
 from routing.core.remote import PeerLink, Placement, place, worth_waiting
 from routing.core.sse import SseRelay, Usage
-from routing.core.types import RequestDescriptor
 from routing.queue_pump import Waiter
 from routing.telemetry import CLIENT_CLOSED, QUEUE_CANCELLED
 from routing.upstream import (
@@ -61,27 +59,6 @@ if TYPE_CHECKING:
     from routing.runtime import BalancerRuntime
 
 logger = logging.getLogger(__name__)
-
-HOP_HEADER = "X-Meridian-Forwarded-From"
-ROUTE_LOCAL = "local"
-ROUTE_FORWARDED_OUT = "forwarded_out"
-ROUTE_FORWARDED_IN = "forwarded_in"
-
-
-@dataclass(slots=True)
-class ProxyCall:
-    """One client request on its way through the balancer."""
-
-    request: CompletionRequest
-    descriptor: RequestDescriptor
-    raw_body: bytes
-    authorization: str
-    request_id: str
-    arrived: float  # time.monotonic() when the view started
-
-    @property
-    def route_in(self) -> str:
-        return ROUTE_FORWARDED_IN if self.descriptor.forwarded else ROUTE_LOCAL
 
 
 class Dispatcher:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-import redis
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.db import transaction
@@ -35,6 +34,11 @@ def send(group: str, kind: str, payload: Any) -> bool:
     layer = get_channel_layer()
     if layer is None:
         return False
+    # The channel layer has imported redis by now; importing it here rather than at the
+    # top keeps it out of processes that never publish (this module is wired into every
+    # process at start-up, each manage.py command included).
+    import redis
+
     try:
         async_to_sync(layer.group_send)(group, message(kind, payload))
     except (OSError, redis.RedisError) as exc:

@@ -1,5 +1,5 @@
 """Simulations page: the last reports of ``manage.py simulate`` side by side, each
-linking to its self-contained plotly HTML (``sim.des.report``)."""
+linking to its self-contained plotly HTML (listed by ``sim.des.saved_reports``)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from django.contrib.admin.views.decorators import staff_member_required
 from django.http import FileResponse, Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 
-from sim.des.report import list_reports, reports_dir
+from sim.des.saved_reports import list_reports, reports_dir
 
 REPORT_LIMIT = 20
 

@@ -5,8 +5,10 @@ commands orchestrate (and tests call directly).
 * ``replicas``: state changes with Events (preempted, draining ↔ ready).
 * ``faults``: the emulated replica's ``POST /fault`` and killing a balancer's
   listening process (loopback only).
-* ``traffic``: a small bounded request stream through the official ``openai``
-  client with its retries on, recording each request's outcome.
+* ``traffic``: what a drill's traffic is (``TrafficConfig``) and how its requests
+  are counted; ``stream`` sends it, a small bounded request stream through the
+  official ``openai`` client with its retries on, recording each request's outcome
+  (the one module that imports the SDK, loaded only when a drill sends traffic).
 * ``reactions``: predicates over balancers' ``GET /internal/state`` that say when
   routing has reacted to a fault.
 * ``partition``: the partition drill (``POST /internal/faults`` on both sides'

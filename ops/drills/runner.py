@@ -22,13 +22,18 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.utils import timezone
 
 from fleet.models import DrillRun
-from ops.drills.reactions import ReactionCheck
-from ops.drills.traffic import RequestRecord, TrafficConfig, TrafficStream, split_at
+from ops.drills.traffic import RequestRecord, TrafficConfig, split_at
+
+if TYPE_CHECKING:
+    # Types only: the checks' HTTP polling and the SDK stay out of the console's
+    # drill catalog and the URLconf, which import this module.
+    from ops.drills.reactions import ReactionCheck
+    from ops.drills.stream import TrafficStream
 
 
 @dataclass
@@ -173,6 +178,11 @@ def _start_traffic(options: DrillOptions, timeline: Timeline) -> TrafficStream |
     if url is None:
         timeline.add("no live balancer serves the region: drill runs without traffic")
         return None
+    # The openai SDK loads here, when a drill sends traffic, and nowhere earlier: this
+    # module is imported by every drill command and the console's drill catalog, and
+    # through the URLconf by every manage.py command's checks (~1 s of CPU each).
+    from ops.drills.stream import TrafficStream
+
     stream = TrafficStream(options.traffic, url)
     stream.start()
     timeline.add(f"traffic started: {options.traffic.rate:g} req/s to {url}")

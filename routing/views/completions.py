@@ -13,17 +13,21 @@ from __future__ import annotations
 
 import time
 import uuid
+from typing import TYPE_CHECKING
 
 from django.http import HttpRequest, HttpResponseBase
 from django.views.decorators.csrf import csrf_exempt
 
 from fleet.models import hash_api_key
+from routing.calls import HOP_HEADER, ROUTE_FORWARDED_IN, ROUTE_LOCAL, ProxyCall
 from routing.core import errors
 from routing.core.errors import ApiError
 from routing.core.openai_request import Endpoint, describe, parse_request, session_key
-from routing.dispatch import HOP_HEADER, ROUTE_FORWARDED_IN, ROUTE_LOCAL, ProxyCall
 from routing.errors import error_response
-from routing.runtime import BalancerRuntime, current_runtime, get_runtime
+from routing.process import current_runtime, get_runtime
+
+if TYPE_CHECKING:
+    from routing.runtime import BalancerRuntime
 
 # Label for refusals whose model is not a configured one: client-chosen strings
 # must not become metric label values (unbounded cardinality).

@@ -30,7 +30,7 @@ from __future__ import annotations
 import hmac
 import json
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.http import HttpRequest, HttpResponse, HttpResponseBase, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
@@ -38,8 +38,11 @@ from django.views.decorators.csrf import csrf_exempt
 from routing.core import errors
 from routing.core.errors import ApiError
 from routing.errors import error_response
-from routing.runtime import BalancerRuntime, get_runtime
+from routing.process import get_runtime
 from routing.telemetry import QUEUE_CANCELLED, QUEUE_PLACED, QUEUE_TIMEOUT, QueueSnapshot
+
+if TYPE_CHECKING:
+    from routing.runtime import BalancerRuntime
 
 
 async def availability(request: HttpRequest) -> HttpResponseBase:

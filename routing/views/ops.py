@@ -14,7 +14,7 @@ from django.http import HttpRequest, HttpResponse, HttpResponseBase, JsonRespons
 
 from routing.core.errors import ApiError, method_not_allowed
 from routing.errors import error_response
-from routing.runtime import get_runtime
+from routing.process import get_runtime
 from routing.views.completions import authorize
 
 PROMETHEUS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"

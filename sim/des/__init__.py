@@ -19,8 +19,9 @@ an emulated replica (``sim.engine.Engine``), replacing only I/O and clocks:
   and runs it: ``simulate(config)``;
 * ``metrics``: ``summarize(run)``: throughput, TTFT/e2e percentiles, KV hit
   rate, outstanding variance, share forwarded, queue waits;
-* ``report``: the console table, the self-contained plotly HTML report, and
-  ``list_reports()`` over ``VAR_DIR/simulations/``;
+* ``report``: the console table and the self-contained plotly HTML report;
+* ``saved_reports``: where reports are saved and ``list_reports()`` over
+  ``VAR_DIR/simulations/`` (no plotly, for the console's pages);
 * ``experiments``: SkyLB §5's Figures 8, 9 and 10 as ready-made sweeps.
 """
 

@@ -1,21 +1,16 @@
-"""Show simulation results: a text table, a self-contained plotly HTML report, and
-the list of saved reports.
+"""Show simulation results: a text table and a self-contained plotly HTML report.
 
 The HTML embeds plotly.js from the installed ``plotly`` package (no CDN), so a
 report opens offline and stays readable after an upgrade.  Each report is saved
 under ``<VAR_DIR>/simulations/`` with a JSON sidecar holding the run's options
-and summaries, which is what ``list_reports`` reads (the console's pages list
-them without parsing HTML).
+and summaries (``sim.des.saved_reports``, which lists them for the console).
 """
 
 from __future__ import annotations
 
 import html
 import json
-import re
 from collections.abc import Sequence
-from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -23,8 +18,8 @@ import plotly.graph_objects as go
 import plotly.io as pio
 
 from sim.des.metrics import Summary
+from sim.des.saved_reports import new_report_path, write_report
 
-REPORTS_SUBDIR = "simulations"
 COLUMNS = (
     ("policy", 16),
     ("ok", 6),
@@ -125,10 +120,6 @@ def render_html(title: str, options: dict[str, Any], summaries: Sequence[Summary
     )
 
 
-def reports_dir(var_dir: Path) -> Path:
-    return Path(var_dir) / REPORTS_SUBDIR
-
-
 def save_report(
     var_dir: Path,
     title: str,
@@ -137,56 +128,6 @@ def save_report(
     path: Path | None = None,
 ) -> Path:
     """Write the HTML (to ``path`` or a fresh name under the reports dir) and its sidecar."""
-    if path is None:
-        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%f")
-        slug = re.sub(r"[^a-z0-9]+", "-", title.lower()).strip("-")[:60]
-        path = reports_dir(var_dir) / f"{stamp}-{slug}.html"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(render_html(title, options, summaries), encoding="utf-8")
-    sidecar = {
-        "title": title,
-        "created": datetime.now(UTC).isoformat(),
-        "options": options,
-        "summaries": [s.as_dict() for s in summaries],
-    }
-    path.with_suffix(".json").write_text(json.dumps(sidecar, default=str), encoding="utf-8")
-    return path
-
-
-@dataclass(frozen=True)
-class ReportInfo:
-    """A saved report as the console lists it."""
-
-    path: Path
-    title: str
-    created: str
-    options: dict[str, Any]
-    summaries: list[dict[str, Any]]
-
-
-def list_reports(var_dir: Path, limit: int = 20) -> list[ReportInfo]:
-    """Saved reports under ``<var_dir>/simulations/``, newest first.
-
-    Console pages call ``list_reports(settings.VAR_DIR)``; a sidecar that cannot
-    be read is skipped (a report being written right now).
-    """
-    found = []
-    for sidecar in reports_dir(var_dir).glob("*.json"):
-        page = sidecar.with_suffix(".html")
-        try:
-            data = json.loads(sidecar.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            continue
-        if not page.is_file() or not isinstance(data, dict):
-            continue
-        found.append(
-            ReportInfo(
-                page,
-                str(data.get("title", page.stem)),
-                str(data.get("created", "")),
-                dict(data.get("options") or {}),
-                list(data.get("summaries") or []),
-            )
-        )
-    found.sort(key=lambda info: (info.created, info.path.name), reverse=True)
-    return found[:limit]
+    page = render_html(title, options, summaries)
+    target = path if path is not None else new_report_path(var_dir, title)
+    return write_report(target, page, title, options, [s.as_dict() for s in summaries])

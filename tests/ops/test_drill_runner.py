@@ -12,7 +12,8 @@ import pytest
 from fleet.models import DrillRun
 from ops.drills.reactions import Reaction, ReactionCheck
 from ops.drills.runner import DrillOptions, DrillPlan, run_drill
-from ops.drills.traffic import RequestRecord, TrafficConfig, TrafficStream, split_at
+from ops.drills.stream import TrafficStream
+from ops.drills.traffic import RequestRecord, TrafficConfig, split_at
 
 
 def plan(

@@ -11,7 +11,8 @@ from plotly.offline import get_plotlyjs
 
 from sim.des.config import SimConfig
 from sim.des.metrics import Summary, percentile, summarize
-from sim.des.report import format_table, list_reports, render_html, save_report
+from sim.des.report import format_table, render_html, save_report
+from sim.des.saved_reports import list_reports
 from sim.des.world import simulate
 
 
