@@ -4,6 +4,7 @@ and ``manage.py replay`` against a real emulated replica speaking the OpenAI API
 from __future__ import annotations
 
 import asyncio
+import itertools
 import re
 import signal
 import time
@@ -81,16 +82,21 @@ def test_closed_loop_keeps_one_program_per_client_in_flight() -> None:
 def test_open_loop_sends_follow_ups_with_the_previous_reply() -> None:
     sender = FakeSender()
     workload = parse_workload("conversations:turns_min=3,turns_max=3")
-    runner = ReplayRunner(
-        workload.programs(), OpenLoop(rate=1000.0), sender, limits=ReplayLimits(max_requests=3)
-    )
-    run(runner)
-    # With one program in flight at that rate, requests 0..2 are one conversation's turns.
-    first, second, third = sender.requests
-    assert all(message["role"] != "assistant" for message in first.messages)
-    assert second.messages[-2] == {"role": "assistant", "content": "answer0"}
-    assert third.messages[: len(second.messages)] == second.messages
-    assert third.messages[-2] == {"role": "assistant", "content": "answer1"}
+    # Two conversations arriving together (untimed programs all start at offset 0), so
+    # their turns interleave: each follow-up must quote its own conversation's reply.
+    programs = list(itertools.islice(workload.programs(), 2))
+    snapshot = run(ReplayRunner(programs, OpenLoop(), sender))
+    assert (snapshot.sent, snapshot.ok) == (6, 6)
+    turns: dict[str, list[int]] = {}
+    for number, request in enumerate(sender.requests):
+        turns.setdefault(request.session_key, []).append(number)
+    assert sorted(map(len, turns.values())) == [3, 3]
+    for first, second, third in turns.values():
+        opening, follow_up, last = (sender.requests[n] for n in (first, second, third))
+        assert all(message["role"] != "assistant" for message in opening.messages)
+        assert follow_up.messages[-2] == {"role": "assistant", "content": f"answer{first}"}
+        assert last.messages[: len(follow_up.messages)] == follow_up.messages
+        assert last.messages[-2] == {"role": "assistant", "content": f"answer{second}"}
 
 
 def test_a_failed_turn_ends_its_conversation_and_is_counted() -> None:
