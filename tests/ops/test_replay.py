@@ -4,7 +4,6 @@ and ``manage.py replay`` against a real emulated replica speaking the OpenAI API
 from __future__ import annotations
 
 import asyncio
-import itertools
 import re
 import signal
 import time
@@ -25,6 +24,7 @@ from ops.replay.service import demo_replay_argv
 from ops.replay.stats import Outcome, ReplaySnapshot, ReplayStats
 from sim.workloads import ClosedLoop, OpenLoop, Request, parse_workload
 from tests.support.processes import ProcessGroup, free_port, wait_http
+from tests.support.workloads import first
 
 
 class FakeSender:
@@ -84,26 +84,24 @@ def test_open_loop_sends_follow_ups_with_the_previous_reply() -> None:
     workload = parse_workload("conversations:turns_min=3,turns_max=3")
     # Two conversations arriving together (untimed programs all start at offset 0), so
     # their turns interleave: each follow-up must quote its own conversation's reply.
-    programs = list(itertools.islice(workload.programs(), 2))
-    snapshot = run(ReplayRunner(programs, OpenLoop(), sender))
+    snapshot = run(ReplayRunner(first(workload, 2), OpenLoop(), sender))
     assert (snapshot.sent, snapshot.ok) == (6, 6)
     turns: dict[str, list[int]] = {}
     for number, request in enumerate(sender.requests):
         turns.setdefault(request.session_key, []).append(number)
     assert sorted(map(len, turns.values())) == [3, 3]
-    for first, second, third in turns.values():
-        opening, follow_up, last = (sender.requests[n] for n in (first, second, third))
+    for numbers in turns.values():
+        opening, follow_up, last = (sender.requests[n] for n in numbers)
         assert all(message["role"] != "assistant" for message in opening.messages)
-        assert follow_up.messages[-2] == {"role": "assistant", "content": f"answer{first}"}
+        assert follow_up.messages[-2] == {"role": "assistant", "content": f"answer{numbers[0]}"}
         assert last.messages[: len(follow_up.messages)] == follow_up.messages
-        assert last.messages[-2] == {"role": "assistant", "content": f"answer{second}"}
+        assert last.messages[-2] == {"role": "assistant", "content": f"answer{numbers[1]}"}
 
 
 def test_a_failed_turn_ends_its_conversation_and_is_counted() -> None:
     sender = FakeSender(answer=lambda number, _: failure(503) if number == 0 else None)
     workload = parse_workload("conversations:turns_min=4,turns_max=4")
-    programs = [next(workload.programs())]
-    snapshot = run(ReplayRunner(programs, OpenLoop(rate=1.0), sender))
+    snapshot = run(ReplayRunner(first(workload, 1), OpenLoop(rate=1.0), sender))
     assert len(sender.requests) == 1  # later turns would quote a reply that never came
     assert (snapshot.failed, snapshot.errors, snapshot.in_flight) == (1, {"HTTP 503": 1}, 0)
 

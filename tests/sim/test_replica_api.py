@@ -13,7 +13,8 @@ import zmq
 
 from routing.core.blocks import block_hashes
 from routing.core.tokenizer import WordTokenizer, render_chat
-from tests.sim.conftest import ServedReplicas, fresh_prompt
+from tests.support.engine import fresh_prompt
+from tests.support.sim_serve import ServedReplicas
 
 pytestmark = pytest.mark.integration
 

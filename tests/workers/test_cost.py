@@ -11,7 +11,7 @@ import pytest
 from django.test import Client
 
 from fleet.models import MetricRollup, Replica, ServiceConfig
-from tests.workers.conftest import Rows
+from tests.support.rows import Rows
 from workers.cost import cost_summary
 from workers.scaling.costing import peak_provisioning
 
