@@ -8,13 +8,6 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from fleet.models import Balancer, Event, Replica
-from ops.demo import plan_demo, seed_demo
-
-
-@pytest.fixture
-def demo(db: None) -> None:
-    seed_demo(plan_demo("127.0.0.1", 8100, 9100))
-    Replica.objects.update(state=Replica.State.READY)
 
 
 def run(*args: str) -> str:
@@ -23,7 +16,7 @@ def run(*args: str) -> str:
     return out.getvalue()
 
 
-def test_failover_then_failback_moves_a_region_and_back(demo: None) -> None:
+def test_failover_then_failback_moves_a_region_and_back(demo_fleet: None) -> None:
     text = run("failover", "--from", "ap-southeast", "--to", "us-east")
     assert "ap-southeast-r1: home -> us-east-lb" in text
     assert "2 replica(s) moved" in text
@@ -44,7 +37,7 @@ def test_failover_then_failback_moves_a_region_and_back(demo: None) -> None:
     assert Event.objects.filter(kind="failback").exists()
 
 
-def test_failback_refuses_while_home_is_down_unless_forced(demo: None) -> None:
+def test_failback_refuses_while_home_is_down_unless_forced(demo_fleet: None) -> None:
     run("failover", "--from", "eu-west", "--to", "us-east")
     Balancer.objects.filter(name="eu-west-lb").update(state="down")
     with pytest.raises(CommandError, match="home balancer is down"):
@@ -52,7 +45,7 @@ def test_failback_refuses_while_home_is_down_unless_forced(demo: None) -> None:
     assert "3 replica(s) back home" in run("failback", "--region", "eu-west", "--force")
 
 
-def test_drain_and_undrain(demo: None) -> None:
+def test_drain_and_undrain(demo_fleet: None) -> None:
     assert run("drain_replica", "us-east-r1").strip() == "us-east-r1: ready -> draining"
     assert Replica.objects.get(name="us-east-r1").state == Replica.State.DRAINING
     with pytest.raises(CommandError, match="only a ready replica can be drained"):

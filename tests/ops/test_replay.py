@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import re
 import signal
-import time
 from collections.abc import Callable
 from io import StringIO
 from pathlib import Path
@@ -23,6 +22,7 @@ from ops.replay.sender import ApiKeyRejected, OpenAISender, first_model, make_cl
 from ops.replay.service import demo_replay_argv
 from ops.replay.stats import Outcome, ReplaySnapshot, ReplayStats
 from sim.workloads import ClosedLoop, OpenLoop, Request, parse_workload
+from tests.support.polling import log_shows
 from tests.support.processes import ProcessGroup, free_port, wait_http
 from tests.support.workloads import first
 
@@ -411,10 +411,7 @@ def test_sigterm_stops_the_command_cleanly_with_a_summary(
         "--rate",
         "20",
     )
-    deadline = time.monotonic() + 30
-    while "sent" not in processes.log_of("replay") and time.monotonic() < deadline:
-        assert replay.poll() is None, processes.log_of("replay")
-        time.sleep(0.2)
+    log_shows(processes, "replay", replay, "sent")
     replay.send_signal(signal.SIGTERM)
     assert replay.wait(timeout=20) == 0
     log = processes.log_of("replay")

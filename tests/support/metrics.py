@@ -7,14 +7,12 @@ import httpx
 from routing.core.prom_text import parse
 
 
-def metric(url: str, name: str, *, missing_ok: bool = False, **labels: str) -> float:
-    """The sum of ``name``'s samples at ``url``/metrics whose labels include ``labels``.
-
-    A series that is not there yet fails the test, unless ``missing_ok`` (a labelled
-    counter appears only once it was first incremented, so absent then means 0)."""
+def metric(url: str, name: str, **labels: str) -> float:
+    """The sum of ``name``'s samples at ``url``/metrics whose labels include ``labels``;
+    a series that is not there fails the test (a misspelt name must not read as 0)."""
     text = httpx.get(f"{url}/metrics", timeout=5).text
     wanted = set(labels.items())
     found = [s.value for s in parse(text) if s.name == name and wanted <= set(s.labels)]
-    if not found and not missing_ok:
+    if not found:
         raise AssertionError(f"{name} {labels} not in {url}/metrics")
     return sum(found)
