@@ -7,13 +7,12 @@ import asyncio
 import re
 import signal
 from collections.abc import Callable
-from io import StringIO
 from pathlib import Path
 
 import httpx2
 import openai
 import pytest
-from django.core.management import CommandError, call_command
+from django.core.management import CommandError
 
 from fleet.models import Balancer, Region
 from ops.replay.display import StatusLine
@@ -22,6 +21,7 @@ from ops.replay.sender import ApiKeyRejected, OpenAISender, first_model, make_cl
 from ops.replay.service import demo_replay_argv
 from ops.replay.stats import Outcome, ReplaySnapshot, ReplayStats
 from sim.workloads import ClosedLoop, OpenLoop, Request, parse_workload
+from tests.support.commands import run_command
 from tests.support.polling import log_shows
 from tests.support.processes import ProcessGroup, free_port, wait_http
 from tests.support.workloads import first
@@ -280,8 +280,7 @@ def summary_value(output: str, label: str) -> str:
 
 @pytest.mark.integration
 def test_command_replays_tree_of_thought_and_prints_the_summary(replica_url: str) -> None:
-    out = StringIO()
-    call_command(
+    text = run_command(
         "replay",
         "--workload",
         "tot:depth=3",
@@ -292,10 +291,7 @@ def test_command_replays_tree_of_thought_and_prints_the_summary(replica_url: str
         "--max-requests",
         "14",
         "--quiet",
-        stdout=out,
-        stderr=StringIO(),
     )
-    text = out.getvalue()
     assert "model meridian-demo" in text  # found through GET /v1/models
     assert summary_value(text, "requests sent") == "14"
     assert summary_value(text, "succeeded") == "14"
@@ -308,8 +304,7 @@ def test_region_option_finds_the_balancer_url(replica_url: str) -> None:
     # The replica speaks the same API as a balancer, so it can stand in for one here.
     region = Region.objects.create(name="us-east")
     Balancer.objects.create(name="lb-us-east", region=region, url=replica_url)
-    out = StringIO()
-    call_command(
+    text = run_command(
         "replay",
         "--workload",
         "system-prompts",
@@ -320,29 +315,24 @@ def test_region_option_finds_the_balancer_url(replica_url: str) -> None:
         "--max-requests",
         "5",
         "--quiet",
-        stdout=out,
-        stderr=StringIO(),
     )
-    assert summary_value(out.getvalue(), "succeeded") == "5"
+    assert summary_value(text, "succeeded") == "5"
 
 
 @pytest.mark.django_db
 def test_region_without_a_balancer_is_a_clear_error() -> None:
     with pytest.raises(CommandError, match="no balancer in region 'mars'"):
-        call_command(
+        run_command(
             "replay",
             "--workload",
             "conversations",
             "--region",
             "mars",
-            stdout=StringIO(),
-            stderr=StringIO(),
         )
 
 
 def test_unreachable_url_is_counted_as_connection_errors() -> None:
-    out = StringIO()
-    call_command(
+    text = run_command(
         "replay",
         "--workload",
         "system-prompts",
@@ -354,10 +344,7 @@ def test_unreachable_url_is_counted_as_connection_errors() -> None:
         "100",
         "--max-requests",
         "3",
-        stdout=out,
-        stderr=StringIO(),
     )
-    text = out.getvalue()
     assert summary_value(text, "failed") == "3"
     assert "error connection x3: Connection error." in text
     assert summary_value(text, "succeeded") == "0"
@@ -365,14 +352,12 @@ def test_unreachable_url_is_counted_as_connection_errors() -> None:
 
 def test_bad_workload_is_a_command_error() -> None:
     with pytest.raises(CommandError, match="unknown workload 'nope'"):
-        call_command(
+        run_command(
             "replay",
             "--workload",
             "nope",
             "--base-url",
             "http://127.0.0.1:1",
-            stdout=StringIO(),
-            stderr=StringIO(),
         )
 
 
@@ -383,7 +368,7 @@ def test_malformed_trace_line_is_a_command_error_naming_it(tmp_path: Path) -> No
         '{"timestamp": 5, "input_length": 8\n'
     )
     with pytest.raises(CommandError, match=f"{trace}:2: not valid JSON"):
-        call_command(
+        run_command(
             "replay",
             "--workload",
             f"mooncake:{trace}",
@@ -391,8 +376,6 @@ def test_malformed_trace_line_is_a_command_error_naming_it(tmp_path: Path) -> No
             "m",
             "--base-url",
             f"http://127.0.0.1:{free_port()}",
-            stdout=StringIO(),
-            stderr=StringIO(),
         )
 
 

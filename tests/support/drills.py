@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import io
-
-from django.core.management import call_command
-
 from fleet.models import DrillRun
+from tests.support.commands import run_command
 
 
 def run_drill(
@@ -15,10 +12,9 @@ def run_drill(
     """Run ``command`` with ``traffic`` requests per second (the official client,
     retries on) from half a second before the fault to ``after_s`` after the
     reaction; return what it printed and the run it recorded."""
-    out = io.StringIO()
     window = ("--traffic", str(traffic), "--warmup", "0.5", "--after", str(after_s))
-    call_command(command, *args, *window, stdout=out, verbosity=verbosity)
-    return out.getvalue(), DrillRun.objects.latest("started_at")
+    text = run_command(command, *args, *window, verbosity=verbosity)
+    return text, DrillRun.objects.latest("started_at")
 
 
 def assert_drill_passed(text: str, run: DrillRun) -> None:
