@@ -1,4 +1,5 @@
-"""Fixtures shared by the whole suite: a real Redis and real child processes."""
+"""Fixtures shared by the whole suite: a real Redis, real child processes and the
+demo's fleet as rows."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import pytest
 from django.conf import settings
 
 from ops.embedded_redis import EmbeddedRedis, ensure_redis
+from tests.support.demo_fleet import seed_demo_fleet
 from tests.support.django_env import child_process_env
 from tests.support.processes import ProcessGroup
 
@@ -37,6 +39,13 @@ def django_subprocess_env(redis_server: EmbeddedRedis, db: None) -> dict[str, st
     database and Redis this test uses.  Pair it with ``django_db(transaction=True)`` so
     what the test writes is committed and visible to the child."""
     return child_process_env(redis_server.url)
+
+
+@pytest.fixture
+def demo_fleet(db: None) -> None:
+    """The demo's topology with every replica ready (console pages and operator
+    commands act on it)."""
+    seed_demo_fleet(ready="all")
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -4,26 +4,18 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
 from django.contrib.auth.models import User
 from django.test import Client
 
-from fleet.models import ApiKey, Balancer, Replica
-from ops.demo import plan_demo, seed_demo
+from fleet.models import ApiKey, Balancer
 from workers.failover import reconcile_ownership
-
-
-@pytest.fixture
-def demo(db: None) -> None:
-    seed_demo(plan_demo("127.0.0.1", 8100, 9100))
-    Replica.objects.update(state=Replica.State.READY)
 
 
 def get(client: Client, **headers: str) -> Any:
     return client.get("/internal/topology", headers=headers)
 
 
-def test_refuses_without_key_or_staff_session(client: Client, demo: None) -> None:
+def test_refuses_without_key_or_staff_session(client: Client, demo_fleet: None) -> None:
     assert get(client).status_code == 401
     assert get(client, Authorization="Bearer mk-not-a-key").status_code == 401
     key, raw = ApiKey.issue("revoked")
@@ -37,7 +29,7 @@ def test_refuses_without_key_or_staff_session(client: Client, demo: None) -> Non
     assert client.post("/internal/topology").status_code == 405
 
 
-def test_api_key_sees_each_region_served_locally(client: Client, demo: None) -> None:
+def test_api_key_sees_each_region_served_locally(client: Client, demo_fleet: None) -> None:
     _, raw = ApiKey.issue("client")
     body = get(client, Authorization=f"Bearer {raw}").json()
     routes = {r["name"]: (r["serving_balancer"], r["route"]) for r in body["regions"]}
@@ -54,7 +46,7 @@ def test_api_key_sees_each_region_served_locally(client: Client, demo: None) -> 
 
 
 def test_dead_region_points_its_clients_at_the_takeover_balancer(
-    client: Client, demo: None
+    client: Client, demo_fleet: None
 ) -> None:
     Balancer.objects.filter(name="ap-southeast-lb").update(state="down")
     reconcile_ownership()

@@ -18,19 +18,18 @@ from django.core.management import CommandError, call_command
 
 from ops.bench.report import COLUMNS, Pooled, compare, percentile
 from ops.embedded_redis import EmbeddedRedis
+from tests.support.commands import run_command
 
 
 def test_tiny_run_prints_every_row_and_every_request_succeeds(
     redis_server: EmbeddedRedis, tmp_path: Path
 ) -> None:
-    out = io.StringIO()
     saved = tmp_path / "proxy.json"
-    call_command(
-        "bench", "proxy", "--concurrency", "1,4", "--requests", "6", "--json", str(saved),
-        stdout=out,
+    text = run_command(
+        "bench", "proxy", "--concurrency", "1,4", "--requests", "6", "--json", str(saved)
     )  # fmt: skip
 
-    lines = out.getvalue().splitlines()
+    lines = text.splitlines()
     header_index = next(i for i, line in enumerate(lines) if line.split()[:2] == ["mode", "conc"])
     table = lines[header_index:]
     for header, _, _ in COLUMNS:

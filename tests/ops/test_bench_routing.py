@@ -11,12 +11,11 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from routing.core.registry import policy_names
+from tests.support.commands import run_command
 
 
 def test_quick_run_prints_a_row_per_policy_and_every_table() -> None:
-    out = io.StringIO()
-    call_command("bench", "routing", "--quick", "--seed", "3", stdout=out)
-    lines = out.getvalue().splitlines()
+    lines = run_command("bench", "routing", "--quick", "--seed", "3").splitlines()
     header = next(i for i, line in enumerate(lines) if line.split()[:2] == ["policy", "targets"])
     rows = [line.split() for line in lines[header + 1 :] if line.strip()]
     rows = rows[: next(i for i, r in enumerate(rows) if r[0] == "tokenization")]

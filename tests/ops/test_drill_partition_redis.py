@@ -23,6 +23,7 @@ from ops.drills.redis_outage import pause_command
 from ops.embedded_redis import EmbeddedRedis, ensure_redis
 from tests.routing.conftest import state
 from tests.support.cluster import Cluster, running_cluster
+from tests.support.drills import assert_drill_passed, run_drill
 from tests.support.processes import ProcessGroup, free_port
 
 pytestmark = pytest.mark.integration
@@ -86,16 +87,11 @@ def fast(settings: Any, own_redis: EmbeddedRedis) -> None:
 
 
 def drill(command: str, *args: str) -> tuple[str, DrillRun]:
-    out = io.StringIO()
-    traffic = ("--traffic", "6", "--warmup", "0.5", "--after", "1")
-    call_command(command, *args, *traffic, stdout=out, verbosity=2)
-    return out.getvalue(), DrillRun.objects.latest("started_at")
+    return run_drill(command, *args, traffic=6, after_s=1, verbosity=2)
 
 
 def assert_converged(text: str, run: DrillRun) -> None:
-    assert run.outcome == DrillRun.Outcome.PASSED, text
-    assert run.reaction_s is not None and run.reaction_s <= run.bound_s
-    assert run.failed_after == 0 and run.succeeded_after + run.retried_after > 0
+    assert_drill_passed(text, run)
     assert "state converged" in text and "fault cleared" in text
 
 

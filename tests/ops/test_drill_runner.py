@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
@@ -14,6 +12,8 @@ from ops.drills.reactions import Reaction, ReactionCheck
 from ops.drills.runner import DrillOptions, DrillPlan, run_drill
 from ops.drills.stream import TrafficStream
 from ops.drills.traffic import RequestRecord, TrafficConfig, split_at
+from tests.support.http_server import Canned, FakeServer
+from tests.support.polling import eventually
 
 
 def plan(
@@ -120,30 +120,6 @@ def test_requests_are_split_by_when_they_were_sent() -> None:
     assert split_at(records, None)["after"] == {"succeeded": 0, "retried": 0, "failed": 0}
 
 
-class _FlakyBalancer(BaseHTTPRequestHandler):
-    """Answers 503 to every other completion, as a balancer mid-failover might."""
-
-    calls = 0
-
-    def do_POST(self) -> None:
-        self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        type(self).calls += 1
-        if type(self).calls % 2 == 1:
-            body, status = b'{"error": {"message": "no healthy replica"}}', 503
-        else:
-            body, status = json.dumps(COMPLETION).encode(), 200
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.send_header("X-Meridian-Balancer", "lb-1")
-        self.send_header("X-Meridian-Replica", "r-1")
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args: object) -> None:
-        return
-
-
 COMPLETION = {
     "id": "cmpl-1",
     "object": "text_completion",
@@ -151,22 +127,31 @@ COMPLETION = {
     "model": "m",
     "choices": [{"index": 0, "text": "hi", "finish_reason": "length", "logprobs": None}],
 }
+JSON = {"Content-Type": "application/json"}
+ANSWERED_BY = {
+    **JSON,
+    "X-Meridian-Balancer": "lb-1",
+    "X-Meridian-Replica": "r-1",
+}
 
 
 def test_traffic_counts_sdk_retries_and_who_answered() -> None:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _FlakyBalancer)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    # A balancer mid-failover: no healthy replica at first, then an answer.
+    server = FakeServer()
+    server.answer_in_turn(
+        "POST",
+        "/v1/completions",
+        Canned(503, '{"error": {"message": "no healthy replica"}}', JSON),
+        Canned(200, json.dumps(COMPLETION), ANSWERED_BY),
+    )
     try:
         config = TrafficConfig(api_key="k", model="m", rate=20, max_requests=1, max_retries=1)
-        stream = TrafficStream(config, f"http://127.0.0.1:{server.server_address[1]}")
+        stream = TrafficStream(config, server.url)
         stream.start()
-        deadline = time.monotonic() + 20
-        while not stream.records and time.monotonic() < deadline:
-            time.sleep(0.05)
+        eventually(lambda: stream.records, what="the request recorded")
         records = stream.stop(wait_s=30)
     finally:
-        server.shutdown()
-        server.server_close()
+        server.close()
     # The request met a 503, and the SDK's retry succeeded: "retried", not "succeeded".
     [only] = records
     assert (only.ok, only.attempts, only.outcome) == (True, 2, "retried")

@@ -26,17 +26,18 @@ from django.core.management import CommandError, call_command
 from fleet.models import Balancer, DrillRun, Event, Replica
 from meridian.celery import app
 from ops.embedded_redis import EmbeddedRedis
-from tests.routing.conftest import eventually
 from tests.support.cluster import (
     BALANCER_HEARTBEAT_TTL_S,
     BALANCER_TOPOLOGY_REFRESH_S,
     Cluster,
     running_cluster,
 )
+from tests.support.drills import assert_drill_passed, run_drill
+from tests.support.polling import log_shows
 from tests.support.processes import ProcessGroup, wait_http
 from workers.tasks import probe_balancers
 
-# Tests commit what they write (see test_failover_integration.py).
+# Tests commit what they write (see tests/workers/test_failover_integration.py).
 pytestmark = pytest.mark.integration
 
 QUEUE = f"drills-{uuid.uuid4().hex[:8]}"
@@ -76,13 +77,7 @@ def start_worker(cluster: Cluster, logs: Path) -> None:
     argv = ["-m", "celery", "-A", "meridian", "worker", "--beat", "--pool", "solo"]
     argv += ["-Q", QUEUE, "--schedule", str(logs / "beat-schedule"), "--loglevel", "INFO"]
     process = cluster.group.python("celery", *argv, env={**cluster.env, **WORKER_ENV})
-
-    def consuming() -> bool:
-        if process.poll() is not None:
-            raise AssertionError("celery exited:\n" + cluster.group.log_of("celery")[-3000:])
-        return "ready." in cluster.group.log_of("celery")
-
-    eventually(consuming, what="celery worker ready", timeout=60)
+    log_shows(cluster.group, "celery", process, r"ready\.", timeout=60)
 
 
 @pytest.fixture
@@ -95,15 +90,11 @@ def fast(settings: Any) -> None:
 
 
 def drill(command: str, *args: str) -> tuple[str, DrillRun]:
-    out = io.StringIO()
-    call_command(command, *args, "--traffic", "8", "--warmup", "0.5", "--after", "1.5", stdout=out)
-    return out.getvalue(), DrillRun.objects.latest("started_at")
+    return run_drill(command, *args, traffic=8, after_s=1.5)
 
 
 def assert_passed(text: str, run: DrillRun) -> None:
-    assert run.outcome == DrillRun.Outcome.PASSED, text
-    assert run.reaction_s is not None and run.reaction_s <= run.bound_s
-    assert run.failed_after == 0 and run.succeeded_after + run.retried_after > 0
+    assert_drill_passed(text, run)
     assert "outcome: passed" in text and "routing reacted after" in text
 
 

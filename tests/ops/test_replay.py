@@ -6,15 +6,13 @@ from __future__ import annotations
 import asyncio
 import re
 import signal
-import time
 from collections.abc import Callable
-from io import StringIO
 from pathlib import Path
 
 import httpx2
 import openai
 import pytest
-from django.core.management import CommandError, call_command
+from django.core.management import CommandError
 
 from fleet.models import Balancer, Region
 from ops.replay.display import StatusLine
@@ -23,7 +21,10 @@ from ops.replay.sender import ApiKeyRejected, OpenAISender, first_model, make_cl
 from ops.replay.service import demo_replay_argv
 from ops.replay.stats import Outcome, ReplaySnapshot, ReplayStats
 from sim.workloads import ClosedLoop, OpenLoop, Request, parse_workload
+from tests.support.commands import run_command
+from tests.support.polling import log_shows
 from tests.support.processes import ProcessGroup, free_port, wait_http
+from tests.support.workloads import first
 
 
 class FakeSender:
@@ -81,23 +82,26 @@ def test_closed_loop_keeps_one_program_per_client_in_flight() -> None:
 def test_open_loop_sends_follow_ups_with_the_previous_reply() -> None:
     sender = FakeSender()
     workload = parse_workload("conversations:turns_min=3,turns_max=3")
-    runner = ReplayRunner(
-        workload.programs(), OpenLoop(rate=1000.0), sender, limits=ReplayLimits(max_requests=3)
-    )
-    run(runner)
-    # With one program in flight at that rate, requests 0..2 are one conversation's turns.
-    first, second, third = sender.requests
-    assert all(message["role"] != "assistant" for message in first.messages)
-    assert second.messages[-2] == {"role": "assistant", "content": "answer0"}
-    assert third.messages[: len(second.messages)] == second.messages
-    assert third.messages[-2] == {"role": "assistant", "content": "answer1"}
+    # Two conversations arriving together (untimed programs all start at offset 0), so
+    # their turns interleave: each follow-up must quote its own conversation's reply.
+    snapshot = run(ReplayRunner(first(workload, 2), OpenLoop(), sender))
+    assert (snapshot.sent, snapshot.ok) == (6, 6)
+    turns: dict[str, list[int]] = {}
+    for number, request in enumerate(sender.requests):
+        turns.setdefault(request.session_key, []).append(number)
+    assert sorted(map(len, turns.values())) == [3, 3]
+    for numbers in turns.values():
+        opening, follow_up, last = (sender.requests[n] for n in numbers)
+        assert all(message["role"] != "assistant" for message in opening.messages)
+        assert follow_up.messages[-2] == {"role": "assistant", "content": f"answer{numbers[0]}"}
+        assert last.messages[: len(follow_up.messages)] == follow_up.messages
+        assert last.messages[-2] == {"role": "assistant", "content": f"answer{numbers[1]}"}
 
 
 def test_a_failed_turn_ends_its_conversation_and_is_counted() -> None:
     sender = FakeSender(answer=lambda number, _: failure(503) if number == 0 else None)
     workload = parse_workload("conversations:turns_min=4,turns_max=4")
-    programs = [next(workload.programs())]
-    snapshot = run(ReplayRunner(programs, OpenLoop(rate=1.0), sender))
+    snapshot = run(ReplayRunner(first(workload, 1), OpenLoop(rate=1.0), sender))
     assert len(sender.requests) == 1  # later turns would quote a reply that never came
     assert (snapshot.failed, snapshot.errors, snapshot.in_flight) == (1, {"HTTP 503": 1}, 0)
 
@@ -276,8 +280,7 @@ def summary_value(output: str, label: str) -> str:
 
 @pytest.mark.integration
 def test_command_replays_tree_of_thought_and_prints_the_summary(replica_url: str) -> None:
-    out = StringIO()
-    call_command(
+    text = run_command(
         "replay",
         "--workload",
         "tot:depth=3",
@@ -288,10 +291,7 @@ def test_command_replays_tree_of_thought_and_prints_the_summary(replica_url: str
         "--max-requests",
         "14",
         "--quiet",
-        stdout=out,
-        stderr=StringIO(),
     )
-    text = out.getvalue()
     assert "model meridian-demo" in text  # found through GET /v1/models
     assert summary_value(text, "requests sent") == "14"
     assert summary_value(text, "succeeded") == "14"
@@ -304,8 +304,7 @@ def test_region_option_finds_the_balancer_url(replica_url: str) -> None:
     # The replica speaks the same API as a balancer, so it can stand in for one here.
     region = Region.objects.create(name="us-east")
     Balancer.objects.create(name="lb-us-east", region=region, url=replica_url)
-    out = StringIO()
-    call_command(
+    text = run_command(
         "replay",
         "--workload",
         "system-prompts",
@@ -316,29 +315,24 @@ def test_region_option_finds_the_balancer_url(replica_url: str) -> None:
         "--max-requests",
         "5",
         "--quiet",
-        stdout=out,
-        stderr=StringIO(),
     )
-    assert summary_value(out.getvalue(), "succeeded") == "5"
+    assert summary_value(text, "succeeded") == "5"
 
 
 @pytest.mark.django_db
 def test_region_without_a_balancer_is_a_clear_error() -> None:
     with pytest.raises(CommandError, match="no balancer in region 'mars'"):
-        call_command(
+        run_command(
             "replay",
             "--workload",
             "conversations",
             "--region",
             "mars",
-            stdout=StringIO(),
-            stderr=StringIO(),
         )
 
 
 def test_unreachable_url_is_counted_as_connection_errors() -> None:
-    out = StringIO()
-    call_command(
+    text = run_command(
         "replay",
         "--workload",
         "system-prompts",
@@ -350,10 +344,7 @@ def test_unreachable_url_is_counted_as_connection_errors() -> None:
         "100",
         "--max-requests",
         "3",
-        stdout=out,
-        stderr=StringIO(),
     )
-    text = out.getvalue()
     assert summary_value(text, "failed") == "3"
     assert "error connection x3: Connection error." in text
     assert summary_value(text, "succeeded") == "0"
@@ -361,14 +352,12 @@ def test_unreachable_url_is_counted_as_connection_errors() -> None:
 
 def test_bad_workload_is_a_command_error() -> None:
     with pytest.raises(CommandError, match="unknown workload 'nope'"):
-        call_command(
+        run_command(
             "replay",
             "--workload",
             "nope",
             "--base-url",
             "http://127.0.0.1:1",
-            stdout=StringIO(),
-            stderr=StringIO(),
         )
 
 
@@ -379,7 +368,7 @@ def test_malformed_trace_line_is_a_command_error_naming_it(tmp_path: Path) -> No
         '{"timestamp": 5, "input_length": 8\n'
     )
     with pytest.raises(CommandError, match=f"{trace}:2: not valid JSON"):
-        call_command(
+        run_command(
             "replay",
             "--workload",
             f"mooncake:{trace}",
@@ -387,8 +376,6 @@ def test_malformed_trace_line_is_a_command_error_naming_it(tmp_path: Path) -> No
             "m",
             "--base-url",
             f"http://127.0.0.1:{free_port()}",
-            stdout=StringIO(),
-            stderr=StringIO(),
         )
 
 
@@ -407,10 +394,7 @@ def test_sigterm_stops_the_command_cleanly_with_a_summary(
         "--rate",
         "20",
     )
-    deadline = time.monotonic() + 30
-    while "sent" not in processes.log_of("replay") and time.monotonic() < deadline:
-        assert replay.poll() is None, processes.log_of("replay")
-        time.sleep(0.2)
+    log_shows(processes, "replay", replay, "sent")
     replay.send_signal(signal.SIGTERM)
     assert replay.wait(timeout=20) == 0
     log = processes.log_of("replay")

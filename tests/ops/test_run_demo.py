@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import re
 import signal
-import time
 from pathlib import Path
 
 import httpx
@@ -13,21 +12,10 @@ import pytest
 from openai import OpenAI
 
 from ops.stack.readiness import port_is_free
+from tests.support.polling import log_shows
 from tests.support.processes import ProcessGroup, free_port, free_port_run
 
 pytestmark = pytest.mark.integration
-
-
-def wait_for_text(path: Path, pattern: str, timeout: float, process) -> str:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        text = path.read_text(errors="replace") if path.exists() else ""
-        if re.search(pattern, text):
-            return text
-        if process.poll() is not None:
-            raise AssertionError(f"run_demo exited with {process.returncode}:\n{text[-3000:]}")
-        time.sleep(0.3)
-    raise AssertionError(f"{pattern!r} not printed within {timeout}s:\n{text[-3000:]}")
 
 
 def processes_with_env(marker: str) -> list[int]:
@@ -66,8 +54,7 @@ def test_run_command_brings_up_the_demo_streams_and_stops_everything(
         "MERIDIAN_PROBE_PERIOD_S": "2",
     }
     demo = processes.python("run_demo", "manage.py", "run_demo", "--no-traffic", env=env)
-    log = processes.log_dir / "run_demo.log"
-    text = wait_for_text(log, r"Press Ctrl-C to stop", 150, demo)
+    text = log_shows(processes, "run_demo", demo, r"Press Ctrl-C to stop", timeout=150)
 
     api_key = re.search(r"API key\s+(mk-\S+)", text).group(1)  # type: ignore[union-attr]
     password = re.search(r"user: admin\s+password: (\S+)", text).group(1)  # type: ignore[union-attr]
@@ -106,7 +93,7 @@ def test_run_command_brings_up_the_demo_streams_and_stops_everything(
 
     demo.send_signal(signal.SIGINT)
     assert demo.wait(timeout=40) == 0
-    assert "Every process stopped." in log.read_text()
+    assert "Every process stopped." in processes.log_of("run_demo")
     assert processes_with_env(f"MERIDIAN_VAR_DIR={var_dir}") == []
     ports = [console_port] + [balancer_base + i for i in (1, 2, 3)]
     ports += [replica_base + i for i in range(1, 10)]

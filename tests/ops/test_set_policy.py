@@ -4,12 +4,13 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from fleet.models import Event, ServiceConfig
-from ops.demo import DEMO_MODEL, DEMO_POLICY, plan_demo, seed_demo
+from ops.demo import DEMO_MODEL, DEMO_POLICY
+from tests.support.demo_fleet import seed_demo_fleet
 
 
 @pytest.fixture
 def service(db: None) -> ServiceConfig:
-    seed_demo(plan_demo("127.0.0.1", 8100, 9100))
+    seed_demo_fleet()
     return ServiceConfig.objects.get(model_name=DEMO_MODEL)
 
 

@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-import io
 import json
 from pathlib import Path
 from typing import Any
 
 import pytest
-from django.core.management import CommandError, call_command
+from django.core.management import CommandError
 
 from ops.management.commands.simulate import Command
 from sim.des.experiments import EXPERIMENTS, experiment
 from sim.des.plan import build_plan
+from tests.support.commands import run_command
 
 SMALL = [
     "--workload",
@@ -29,9 +29,7 @@ SMALL = [
 
 
 def simulate(*args: str) -> str:
-    out = io.StringIO()
-    call_command("simulate", *args, stdout=out, stderr=io.StringIO())
-    return out.getvalue()
+    return run_command("simulate", *args)
 
 
 def test_one_row_per_policy_and_pushing_and_a_saved_report(tmp_path: Path) -> None:

@@ -23,9 +23,10 @@ from ops.replay.stats import ReplaySnapshot
 from sim.des.config import MODEL, SimConfig, TimingConfig
 from sim.des.metrics import Summary, summarize
 from sim.des.world import simulate
-from tests.routing.conftest import TopologyFactory, start_balancer, start_replicas
+from tests.routing.conftest import TopologyFactory, start_balancer
 from tests.support.django_env import child_process_env
 from tests.support.processes import ProcessGroup, free_port
+from tests.support.sim_serve import serve_replicas
 
 pytestmark = pytest.mark.integration
 
@@ -54,7 +55,7 @@ def balancer_url(
             ports = {f"fid-r{n}": free_port() for n in (1, 2)}
             for name, port in ports.items():
                 factory.replica(name, region, port, model=MODEL)
-            start_replicas(
+            serve_replicas(
                 group, "fid-replicas", ports, "--time-scale", str(TIME_SCALE), model=MODEL
             )
             port = free_port()

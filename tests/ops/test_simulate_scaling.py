@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import json
-from io import StringIO
 from pathlib import Path
 
 import pytest
 from django.core.management import CommandError, call_command
 
 from ops.management.commands.simulate_scaling import Pricing, run_simulation
+from tests.support.commands import run_command
 from workers.scaling.simulate import SimConfig
 
 
@@ -25,8 +25,7 @@ def trace_dir(tmp_path: Path) -> Path:
 
 
 def test_prints_availability_and_relative_cost_per_policy(trace_dir: Path) -> None:
-    out = StringIO()
-    call_command(
+    text = run_command(
         "simulate_scaling",
         "--spot-trace",
         f"{trace_dir},{trace_dir / 'us-demo-1b_v100_1.json'}",
@@ -34,9 +33,8 @@ def test_prints_availability_and_relative_cost_per_policy(trace_dir: Path) -> No
         "spothedge,even_spread,on_demand",
         "--n-target",
         "2",
-        stdout=out,
     )
-    lines = out.getvalue().splitlines()
+    lines = text.splitlines()
     assert lines[0].split() == ["trace", "policy", "availability", "cost/od", "preempt", "launches"]
     rows = {(line.split()[0], line.split()[1]): line.split() for line in lines[2:]}
     assert set(rows) == {

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 from ops.stack.supervisor import Child, ChildSpec, RestartPolicy, Supervisor
+from tests.support.polling import eventually
 
 EXIT_AT_ONCE = (sys.executable, "-c", "print('up'); raise SystemExit(3)")
 
@@ -17,14 +17,14 @@ def run_until(
 ) -> list[Child]:
     """Drive the supervisor's watch loop (as run_demo does) until ``done()``."""
     restarted: list[Child] = []
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+
+    def watch() -> bool:
         supervisor.exited()
-        restarted += supervisor.restart_due()
-        if done():
-            return restarted
-        time.sleep(0.02)
-    raise AssertionError("the supervisor did not get there in time")
+        restarted.extend(supervisor.restart_due())
+        return done()
+
+    eventually(watch, what="the supervisor got there", timeout=timeout, interval=0.02)
+    return restarted
 
 
 def test_restartable_child_comes_back_until_attempts_run_out(tmp_path: Path) -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 
 import httpx
 import msgpack
@@ -13,7 +12,9 @@ import zmq
 
 from routing.core.blocks import block_hashes
 from routing.core.tokenizer import WordTokenizer, render_chat
-from tests.sim.conftest import ServedReplicas, fresh_prompt
+from tests.support.engine import fresh_prompt
+from tests.support.polling import eventually
+from tests.support.sim_serve import ServedReplicas
 
 pytestmark = pytest.mark.integration
 
@@ -24,16 +25,12 @@ def client(served: ServedReplicas, replica: str = "a") -> openai.OpenAI:
     return openai.OpenAI(base_url=f"{served.urls[replica]}/v1", api_key="unused", max_retries=0)
 
 
-def wait_until_idle(served: ServedReplicas, replica: str, timeout: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        busy = served.metric("vllm:num_requests_running", replica) + served.metric(
-            "vllm:num_requests_waiting", replica
-        )
-        if busy == 0:
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"replica {replica} still has requests after {timeout}s")
+def wait_until_idle(served: ServedReplicas, replica: str) -> None:
+    def idle() -> bool:
+        running = served.metric("vllm:num_requests_running", replica)
+        return running + served.metric("vllm:num_requests_waiting", replica) == 0
+
+    eventually(idle, what=f"replica {replica} has no requests left", timeout=15)
 
 
 def test_models_and_health(served: ServedReplicas) -> None:

@@ -11,8 +11,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.sim.conftest import ServedReplicas, fresh_prompt, start_replicas
+from tests.support.engine import fresh_prompt
 from tests.support.processes import ProcessGroup
+from tests.support.sim_serve import ServedReplicas, start_replicas
 
 pytestmark = pytest.mark.integration
 

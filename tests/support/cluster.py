@@ -21,14 +21,14 @@ from typing import Any
 from tests.routing.conftest import (
     MODEL,
     TopologyFactory,
-    eventually,
     kill_process_group,
     start_balancer,
-    start_replicas,
     state,
 )
 from tests.support.django_env import child_process_env
+from tests.support.polling import eventually
 from tests.support.processes import ProcessGroup, free_port
+from tests.support.sim_serve import serve_replicas
 
 # What ``start_balancer`` configures the balancers with (the control plane must agree).
 BALANCER_TOPOLOGY_REFRESH_S = 0.5
@@ -100,7 +100,7 @@ def _populate(
         for name, port in ports.items():
             cluster.factory.replica(name, rows[region], port)
             cluster.replicas[name] = region
-        start_replicas(cluster.group, f"replicas-{region}", ports)
+        serve_replicas(cluster.group, f"replicas-{region}", ports, model=MODEL)
         lb = BalancerProcess(f"{region}-lb", region, free_port())
         cluster.factory.balancer(lb.name, rows[region], lb.port)
         cluster.balancers[lb.name] = lb

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from fleet.models import Balancer, Event
-from tests.workers.conftest import FakeServer, Rows
+from tests.support.http_server import FakeServer
+from tests.support.rows import Rows
 from workers.balancer_probes import probe_balancers
 from workers.tasks import probe_balancers as probe_balancers_task
 

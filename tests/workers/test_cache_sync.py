@@ -10,7 +10,8 @@ import json
 
 from django.conf import settings
 
-from tests.workers.conftest import FakeServer, Rows
+from tests.support.http_server import FakeServer
+from tests.support.rows import Rows
 from workers.cache_sync import sync_cache_state
 from workers.schedule import beat_schedule
 from workers.tasks import sync_cache_state as sync_cache_state_task

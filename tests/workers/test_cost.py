@@ -12,7 +12,7 @@ import pytest
 from django.test import Client
 
 from fleet.models import MetricRollup, Replica, ServiceConfig
-from tests.workers.conftest import Rows
+from tests.support.rows import Rows
 from workers.cost import cost_summary
 
 NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from fleet.models import Balancer, Event, Replica
-from tests.workers.conftest import Rows
+from tests.support.rows import Rows
 from workers.failover import FailoverError, plan_failback, plan_failover, reconcile_ownership
 from workers.tasks import failover_balancers
 

@@ -1,53 +1,19 @@
 from __future__ import annotations
 
-import threading
-from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
 import pytest
 
-from fleet.models import Event, Region, Replica, Zone
+from fleet.models import Event, Replica
+from tests.support.http_server import FakeServer
+from tests.support.rows import Rows
 from workers.probes import probe_replicas
 from workers.tasks import probe_replicas as probe_replicas_task
 
 
-class _Health:
-    status = 200
-
-
-class _Handler(BaseHTTPRequestHandler):
-    def do_GET(self) -> None:
-        self.send_response(_Health.status if self.path == "/health" else 404)
-        self.send_header("Content-Length", "0")
-        self.end_headers()
-
-    def log_message(self, *args: object) -> None:
-        return
-
-
 @pytest.fixture
-def health_server() -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    _Health.status = 200
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
-
-
-@pytest.fixture
-def replica(health_server: str) -> Replica:
-    region = Region.objects.create(name="us-east")
-    zone = Zone.objects.create(region=region, name="us-east-1a")
-    return Replica.objects.create(
-        name="r1",
-        url=health_server,
-        model_name="m",
-        region=region,
-        zone=zone,
-        state=Replica.State.STARTING,
-    )
+def replica(rows: Rows, fake_server: FakeServer) -> Replica:
+    fake_server.answer("GET", "/health", 200)
+    region = rows.region("us-east")
+    return rows.replica("r1", region, url=fake_server.url, state=Replica.State.STARTING)
 
 
 @pytest.mark.django_db
@@ -61,9 +27,11 @@ def test_starting_replica_that_answers_becomes_ready(replica: Replica) -> None:
 
 
 @pytest.mark.django_db
-def test_replica_fails_after_threshold_and_recovers(replica: Replica) -> None:
+def test_replica_fails_after_threshold_and_recovers(
+    replica: Replica, fake_server: FakeServer
+) -> None:
     probe_replicas()
-    _Health.status = 503
+    fake_server.answer("GET", "/health", 503)
     assert probe_replicas(failure_threshold=2) == []
     replica.refresh_from_db()
     assert (replica.state, replica.consecutive_failures) == (Replica.State.READY, 1)
@@ -72,7 +40,7 @@ def test_replica_fails_after_threshold_and_recovers(replica: Replica) -> None:
     assert replica.state == Replica.State.FAILED
     failed = Event.objects.get(kind="probe_failed")
     assert failed.severity == "warning" and "HTTP 503" in failed.message
-    _Health.status = 200
+    fake_server.answer("GET", "/health", 200)
     probe_replicas()
     replica.refresh_from_db()
     assert (replica.state, replica.consecutive_failures) == (Replica.State.READY, 0)
@@ -91,9 +59,9 @@ def test_unreachable_replica_counts_as_failure(replica: Replica) -> None:
 
 
 @pytest.mark.django_db
-def test_drained_replicas_are_left_alone(replica: Replica) -> None:
+def test_drained_replicas_are_left_alone(replica: Replica, fake_server: FakeServer) -> None:
     Replica.objects.filter(id=replica.id).update(state=Replica.State.DRAINING)
-    _Health.status = 503
+    fake_server.answer("GET", "/health", 503)
     assert probe_replicas(failure_threshold=1) == []
     replica.refresh_from_db()
     assert replica.state == Replica.State.DRAINING

@@ -7,7 +7,8 @@ import json
 import pytest
 
 from fleet.models import Event, Replica, ServiceConfig
-from tests.workers.conftest import FakeServer, Rows
+from tests.support.http_server import FakeServer
+from tests.support.rows import Rows
 from workers.probes import probe_replicas
 
 

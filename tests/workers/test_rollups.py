@@ -13,7 +13,8 @@ from django.utils import timezone
 
 from fleet.models import MetricRollup
 from ops.embedded_redis import EmbeddedRedis
-from tests.workers.conftest import FakeServer, Rows
+from tests.support.http_server import FakeServer
+from tests.support.rows import Rows
 from workers.rollups import CHANNEL, LATEST_KEY, SCRAPE_KEY, prune_rollups, rollup_metrics
 
 LB = "rollup-test-lb"

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from fleet.models import Event, MetricRollup, Replica, ServiceConfig, Zone
-from tests.workers.conftest import Rows
+from tests.support.rows import Rows
 from workers.providers.base import CloudProvider, Instance, LaunchSpec, Notice
 from workers.providers.static import StaticProvider
 from workers.scaling.fleet import SPOT, ZoneOffer

@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from routing.core.prefix_trie import PrefixTrie
-from tests.routing.core.conftest import prefix
+from tests.support.descriptors import prefix
 
 paths = st.lists(st.integers(0, 5), min_size=1, max_size=8)  # small alphabet: shared prefixes
 inserts = st.lists(st.tuples(paths, st.sampled_from("abcd")), min_size=1, max_size=60)

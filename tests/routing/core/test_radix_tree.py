@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from routing.core.radix_tree import RadixTree, common_prefix
-from tests.routing.core.conftest import prefix
+from tests.support.descriptors import prefix
 
 paths = st.lists(st.integers(0, 4), min_size=1, max_size=10)
 

@@ -15,7 +15,7 @@ from routing.core.registry import (
     policy_names,
     remote_policy_name,
 )
-from tests.routing.core.conftest import prefix, request, target, targets
+from tests.support.descriptors import prefix, request, target, targets
 
 ALL = [
     "cache_map",

@@ -12,7 +12,7 @@ from sim.workloads.synthetic import (
     TreeOfThought,
     TreeOfThoughtConfig,
 )
-from tests.workloads.conftest import first
+from tests.support.workloads import first
 
 
 def render_all(program: Program) -> list[list[dict[str, str]]]:

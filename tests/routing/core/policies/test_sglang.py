@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from routing.core.policies.sglang import SGLangConfig, SGLangPolicy
-from tests.routing.core.conftest import prefix, request, target
+from tests.support.descriptors import prefix, request, target
 
 
 def test_a_match_above_the_threshold_sticks_to_the_holder() -> None:

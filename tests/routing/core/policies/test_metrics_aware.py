@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from routing.core.policies.metrics_aware import MetricsAwarePolicy, lora_key
-from tests.routing.core.conftest import request, target
+from tests.support.descriptors import request, target
 
 
 def test_targets_with_a_queue_or_full_kv_are_avoided() -> None:

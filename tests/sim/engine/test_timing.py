@@ -7,7 +7,7 @@ from collections.abc import Callable
 import pytest
 
 from sim.engine import Engine, get_profile
-from tests.sim.conftest import fresh_prompt, request
+from tests.support.engine import fresh_prompt, request
 
 
 def test_l4_prefill_of_512_tokens_takes_about_300_ms(make_engine: Callable[..., Engine]) -> None:

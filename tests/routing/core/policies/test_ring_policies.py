@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from routing.core.policies.consistent_hash import ConsistentHashPolicy
 from routing.core.policies.skylb_ch import SkyLBCHConfig, SkyLBCHPolicy
-from tests.routing.core.conftest import prefix, request, target, targets
+from tests.support.descriptors import prefix, request, target, targets
 
 
 def test_a_session_stays_on_one_target_and_sessions_spread() -> None:

@@ -1,8 +1,7 @@
-"""Factories for the routing core's tests: targets, requests and block-hash prefixes.
+"""Inputs for the routing core's tests: targets, request descriptors, block-hash prefixes.
 
-Core tests need no database, no settings and no processes; they import these
-helpers directly (``from tests.routing.core.conftest import ...``) because
-hypothesis tests cannot take function-scoped fixtures.
+Plain functions rather than fixtures because hypothesis tests cannot take
+function-scoped fixtures, and core tests need no database, settings or processes.
 """
 
 from __future__ import annotations

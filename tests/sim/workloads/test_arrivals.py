@@ -11,7 +11,7 @@ import pytest
 
 from sim.workloads import ClosedLoop, OpenLoop, choose_arrivals, parse_workload
 from sim.workloads.azure import AzureTrace
-from tests.workloads.conftest import first
+from tests.support.workloads import first
 
 
 def test_poisson_arrivals_are_seeded_and_have_the_asked_rate() -> None:

@@ -7,7 +7,7 @@ from collections import Counter
 from collections.abc import Callable
 
 from sim.engine import Engine
-from tests.sim.conftest import fresh_prompt, request
+from tests.support.engine import fresh_prompt, request
 
 
 def check_invariants(engine: Engine) -> None:

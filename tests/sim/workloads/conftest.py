@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from routing.core.tokenizer import WordTokenizer
-from sim.workloads import Program, Workload
 
 
 @pytest.fixture
@@ -27,8 +25,3 @@ def trace_file(tmp_path: Path) -> Callable[[str, str], Path]:
         return path
 
     return write
-
-
-def first(workload: Workload, count: int) -> list[Program]:
-    """The first ``count`` programs of a (possibly endless) workload."""
-    return list(itertools.islice(workload.programs(), count))

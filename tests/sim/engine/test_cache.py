@@ -8,7 +8,7 @@ import pytest
 
 from routing.core.blocks import block_hashes
 from sim.engine import AllBlocksCleared, BlockRemoved, BlockStored, Engine
-from tests.sim.conftest import fresh_prompt, request, run_to_completion
+from tests.support.engine import fresh_prompt, request, run_to_completion
 
 
 def serve_one(engine: Engine, request_id: str, prompt: list[int], max_tokens: int = 1) -> int:

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from routing.core.policies.cache_map import CacheMapConfig, CacheMapPolicy
-from tests.routing.core.conftest import prefix, request, target
 from tests.routing.core.test_cache_map import FakeClock
+from tests.support.descriptors import prefix, request, target
 
 
 def test_longest_held_prefix_wins_and_holders_share_by_load() -> None:

@@ -7,7 +7,7 @@ from collections.abc import Callable
 import pytest
 
 from sim.engine import Engine
-from tests.sim.conftest import fresh_prompt, request, run_to_completion
+from tests.support.engine import fresh_prompt, request, run_to_completion
 
 
 def tokens_by_request(engine: Engine) -> dict[str, list[int]]:

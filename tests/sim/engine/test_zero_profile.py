@@ -12,8 +12,9 @@ from collections.abc import Callable
 import httpx
 
 from sim.engine import Engine, get_profile
-from tests.sim.conftest import fresh_prompt, request, run_to_completion, start_replicas
+from tests.support.engine import fresh_prompt, request, run_to_completion
 from tests.support.processes import ProcessGroup
+from tests.support.sim_serve import start_replicas
 
 
 def test_zero_profile_steps_cost_nothing_whatever_the_batch() -> None:

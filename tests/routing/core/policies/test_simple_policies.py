@@ -8,7 +8,7 @@ from routing.core.policies.nearest import NearestPolicy
 from routing.core.policies.power_of_two import PowerOfTwoConfig, PowerOfTwoPolicy
 from routing.core.policies.round_robin import RoundRobinPolicy
 from routing.core.registry import build_policy
-from tests.routing.core.conftest import request, target, targets
+from tests.support.descriptors import request, target, targets
 
 
 def test_round_robin_cycles_in_id_order_across_candidate_changes() -> None:

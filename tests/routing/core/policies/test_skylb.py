@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from routing.core.policies.skylb import SkyLBConfig, SkyLBPolicy
-from tests.routing.core.conftest import prefix, request, target, targets
+from tests.support.descriptors import prefix, request, target, targets
 
 
 def test_a_burst_sharing_a_new_prefix_follows_the_first_request() -> None:
