@@ -20,7 +20,7 @@ import redis
 
 from fleet.models import Balancer, Event, MetricRollup, Replica
 from ops.embedded_redis import EmbeddedRedis
-from tests.routing.conftest import MODEL, client, eventually
+from tests.support.balancers import MODEL, client, eventually
 from tests.support.cluster import BALANCER_HEARTBEAT_TTL_S, Cluster, running_cluster
 from tests.support.processes import ProcessGroup
 from workers.balancers import sync_balancer_states

@@ -26,7 +26,7 @@ from django.core.management import CommandError, call_command
 from fleet.models import Balancer, DrillRun, Event, Replica
 from meridian.celery import app
 from ops.embedded_redis import EmbeddedRedis
-from tests.routing.conftest import eventually
+from tests.support.balancers import eventually
 from tests.support.cluster import (
     BALANCER_HEARTBEAT_TTL_S,
     BALANCER_TOPOLOGY_REFRESH_S,

@@ -25,7 +25,7 @@ import httpx
 import pytest
 from django.conf import settings
 
-from tests.routing.conftest import (
+from tests.support.balancers import (
     MODEL,
     TopologyFactory,
     eventually,

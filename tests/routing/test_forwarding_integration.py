@@ -19,7 +19,7 @@ import pytest
 import redis
 from django.conf import settings
 
-from tests.routing.conftest import (
+from tests.support.balancers import (
     MODEL,
     TopologyFactory,
     client,

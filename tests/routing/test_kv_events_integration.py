@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.routing.conftest import (
+from tests.support.balancers import (
     TopologyFactory,
     eventually,
     start_balancer,

@@ -19,7 +19,7 @@ import httpx
 import openai
 import pytest
 
-from tests.routing.conftest import (
+from tests.support.balancers import (
     MODEL,
     TopologyFactory,
     client,

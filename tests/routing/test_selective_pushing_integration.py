@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import httpx
 import pytest
 
-from tests.routing.conftest import (
+from tests.support.balancers import (
     MODEL,
     TopologyFactory,
     eventually,
