@@ -3,7 +3,9 @@
 ``routing/core/`` is pure Python shared with the simulator and the benchmarks
 (policies, request descriptors, leases, the metrics registry and parsers, the
 SSE relay, SP-P/SP-O/blind availability, the regional FCFS queue, the local
-and remote layers and Algorithm 1's placement).  Beside it, the glue that runs
+and remote layers, Algorithm 1's placement, and ``dispatch.py``: the sans-IO
+dispatch core that decides placement, queue hand-off, retries and deadlines
+for both the balancer and the simulator).  Beside it, the glue that runs
 inside the ASGI server (uvicorn for balancers by default, or daphne):
 
 * ``views/completions.py``: ``POST /v1/chat/completions`` and ``/v1/completions``;
@@ -14,13 +16,16 @@ inside the ASGI server (uvicorn for balancers by default, or daphne):
 * ``api_asgi.py``: the ``/v1/`` ASGI handler (Django without middleware hops);
   ``body_limit.py``: 413 before Django spools a body; ``lifespan.py``: start the
   runtime with the server;
-* ``dispatch.py``: the two-layer placement, retries, accounting;
-  ``queue_pump.py``: hands queued requests to targets as they free up;
+* ``dispatch.py``: carries the dispatch core's decisions out (requests to
+  replicas and peers, relay, accounting); ``queue_pump.py``: the core's queue on
+  the event loop (coalesced drains, the deadline timer, waiting futures);
+* ``transport.py``: how an attempt reaches its target, with the partition
+  drill's fault and the demo's RTT as wrappers around it;
 * ``upstream.py``: one upstream call, first-byte commit, chunk-by-chunk relay;
   ``upstream_pool.py``: the lean keep-alive HTTP/1.1 client it relays through;
 * ``runtime.py``: the per-process runtime and its background loops;
 * ``topology.py`` (database snapshot), ``prober.py`` (replica ``/metrics``),
-  ``peers.py`` (HTTP availability polls, Redis heartbeats, the partition fault),
+  ``peers.py`` (HTTP availability polls, Redis heartbeats),
   ``kv_events.py`` (the KV-event consumer: ZMQ SUB per owned replica, ~100 ms
   batches into the cache map, gap → resync, anti-entropy from the replica's
   ``/kv_cache/blocks``; decoding is ``core/kv_events.py``), ``telemetry.py``

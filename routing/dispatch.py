@@ -1,28 +1,21 @@
-"""Send one validated request somewhere: SkyLB's two layers behind a regional queue.
+"""Send one validated request somewhere: the I/O around the dispatch core.
 
-A request asks ``routing.core.remote.place`` (Algorithm 1, HANDLEREQUEST, §3.1)
-for a target: a local replica when one is *available* (SP-P/SP-O/blind,
-§3.3), otherwise an available peer balancer chosen by the remote-layer policy,
-unless the request was forwarded to us (hop header
-``X-Meridian-Forwarded-From``: never a second hop).  When nothing is available
-but something healthy exists, the request waits FCFS in the model's queue
-(``routing.queue_pump``) until a probe, a completion or a peer report frees a target,
-or its deadline passes (503), or the queue is full (429).
+Where a request goes, when it waits and when it is refused is decided by
+``routing.core.dispatch.DispatchCore`` (SkyLB's Algorithm 1 behind the regional
+FCFS queue, retries on another target, deadlines); this module carries those
+decisions out on the balancer's event loop: it builds the replica's or the
+peer's request (hop header ``X-Meridian-Forwarded-From`` on a forward: never a
+second hop), opens it through the ``routing.transport.Transport``, waits in
+``routing.queue_pump`` when the core says wait, reports a failure before the
+first byte back to the core for the next decision, and relays, settles and
+stamps the response, with the metrics.
 
-A failed attempt before the first byte excludes that target and tries again
-(through the queue, at its front), up to ``MERIDIAN_MAX_ATTEMPTS`` attempts; a
-replica that failed is marked unhealthy at once (the prober brings it back).
-
-Every placement holds a lease taken when it was placed: released in this
-module's ``finally`` when the attempt does not become the response, by
-``_settle`` when a buffered response is built, by the ``RelayStream``'s finish
-hook when a streamed one ends in any way, or by ``_wait`` when the client left
-in the instant between placement and resumption.
-
-Demo mode charges the configured inter-region RTT once each way on a forward:
-half before the request is sent, half before the first byte is relayed back, so
-TTFT grows by one RTT as it would across regions.  Production does not sleep
-(the network already charges it).
+Every placement holds a lease taken when the core placed it: given back by the
+core when the attempt failed (``failed``) or ended (``finished``: when a
+buffered response is built, or by the ``RelayStream``'s finish hook when a
+streamed one ends in any way) or when the client left in the instant between
+placement and resumption (``cancel``), and released in ``_attempt``'s
+``finally`` on any other exit before a response existed.
 """
 
 from __future__ import annotations
@@ -30,21 +23,18 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import math
 import time
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING
 
 from django.http import HttpResponse, HttpResponseBase, StreamingHttpResponse
 
 from routing.calls import HOP_HEADER, ROUTE_FORWARDED_OUT, ProxyCall
 from routing.core import errors
-from routing.core.leases import Lease
-from routing.core.pending_queue import QueueFullError
-from routing.core.remote import PeerLink, Placement, place, worth_waiting
+from routing.core.dispatch import Decision, DispatchCore, Failure, Refuse, Send, Ticket, Wait
+from routing.core.remote import Placement
 from routing.core.sse import SseRelay, Usage
-from routing.queue_pump import Waiter
-from routing.telemetry import CLIENT_CLOSED, QUEUE_CANCELLED
+from routing.queue_pump import QueuePump, Waiter
+from routing.telemetry import CLIENT_CLOSED, BalancerMetrics
+from routing.transport import Transport, UpstreamRequest
 from routing.upstream import (
     OUTCOME_CLIENT_CLOSED,
     OUTCOME_OK,
@@ -52,164 +42,120 @@ from routing.upstream import (
     RelayStream,
     UpstreamFailure,
     join_url,
-    open_upstream,
 )
-
-if TYPE_CHECKING:
-    from routing.runtime import BalancerRuntime
 
 logger = logging.getLogger(__name__)
 
 
 class Dispatcher:
-    def __init__(self, runtime: BalancerRuntime) -> None:
-        self.rt = runtime
-        # The demo's emulated RTT wait; a seam so tests can observe it without waiting.
-        self.sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
+    def __init__(
+        self,
+        core: DispatchCore[Waiter],
+        pump: QueuePump,
+        transport: Transport,
+        metrics: BalancerMetrics,
+        *,
+        balancer: str,
+        loop: asyncio.AbstractEventLoop,
+    ) -> None:
+        self.core = core
+        self.pump = pump
+        self.transport = transport
+        self.metrics = metrics
+        self.balancer = balancer
+        self.loop = loop
 
     async def dispatch(self, call: ProxyCall) -> HttpResponseBase:
-        tried: set[str] = set()
-        tried_peers: set[str] = set()
-        last: UpstreamFailure | None = None
-        for attempt in range(self.rt.config.max_attempts):
-            placement = await self._placement(
-                call, frozenset(tried), frozenset(tried_peers), retry=attempt > 0
-            )
-            if placement is None:
-                break
-            if attempt:
-                self.rt.metrics.retries.inc(call.request.model)
-            (tried_peers if placement.peer else tried).add(placement.label)
-            outcome = await self._attempt(call, placement)
+        ticket: Ticket[Waiter] = Ticket(call.descriptor, Waiter())
+        decision = self.core.arrive(ticket, self.loop.time())
+        while True:
+            if isinstance(decision, Wait):
+                decision = await self.pump.wait(ticket)
+            if isinstance(decision, Refuse):
+                if decision.error.code == errors.QUEUE_FULL:
+                    self.metrics.queue_rejected.inc(call.request.model)
+                raise decision.error
+            if decision.retry:
+                self.metrics.retries.inc(call.request.model)
+            outcome = await self._attempt(call, decision)
             if isinstance(outcome, HttpResponseBase):
                 return outcome
-            last = outcome
-        raise self._refusal(call, attempts=len(tried) + len(tried_peers), last=last)
-
-    # -- placement: now, or after waiting in the queue ------------------------------------
-
-    async def _placement(
-        self, call: ProxyCall, tried: frozenset[str], tried_peers: frozenset[str], *, retry: bool
-    ) -> Placement | None:
-        queue = self.rt.queues.for_model(call.request.model)
-        # FCFS: a newcomer may not overtake requests already waiting (a retry may).
-        if retry or not queue:
-            placed = place(
-                call.descriptor,
-                self.rt.router,
-                self.rt.remote,
-                tried=tried,
-                tried_peers=tried_peers,
-            )
-            if placed is not None:
-                return placed
-        if not worth_waiting(call.descriptor, self.rt.router, self.rt.remote, tried):
-            return None
-        waiter = Waiter(asyncio.get_running_loop().create_future(), tried, tried_peers)
-        now = self.rt.loop.time()
-        try:
-            entry = queue.push(call.descriptor, waiter, now, front=retry)
-        except QueueFullError as full:
-            self.rt.metrics.queue_rejected.inc(call.request.model)
-            raise errors.queue_full(
-                call.request.model, full.max_len, self.rt.config.retry_after_s
-            ) from None
-        self.rt.pump.queued()
-        try:
-            return await waiter.future
-        except asyncio.CancelledError:
-            # The client left while queued, or in the instant after being placed.
-            if queue.remove(entry):
-                self.rt.metrics.queue_wait.observe(
-                    entry.waited(self.rt.loop.time()), call.request.model, QUEUE_CANCELLED
-                )
-            elif _delivered(waiter.future):
-                waiter.future.result().lease.release(ok=False)
-            raise
+            decision = outcome
 
     # -- one attempt --------------------------------------------------------------------
 
     async def _attempt(
-        self, call: ProxyCall, placement: Placement
-    ) -> HttpResponseBase | UpstreamFailure:
+        self, call: ProxyCall, send: Send[Waiter]
+    ) -> HttpResponseBase | Decision[Waiter]:
+        """The response, or the core's next decision after a failure before the first byte."""
+        ticket, placement = send.ticket, send.placement
         route = ROUTE_FORWARDED_OUT if placement.peer else call.route_in
-        lease = placement.lease
         handed_over = False
         try:
-            if placement.peer is not None:
-                if self.rt.partition.blocks(placement.peer.spec.name):
-                    # drill_partition: the forward fails as a cut network would, before
-                    # a byte is sent, so the request retries elsewhere.
-                    raise UpstreamFailure(f"peer {placement.label} unreachable (partitioned)")
-                await self._demo_half_rtt(placement.peer)
-                url, body, headers = self._peer_request(call, placement.peer)
-            else:
-                url, body, headers = self._replica_request(call, placement)
-            opened = await open_upstream(self.rt.upstream, url, body, headers)
-            if placement.peer is not None:
-                await self._demo_half_rtt(placement.peer)  # the first byte's way back
+            opened = await self.transport.open(self._request(call, placement))
             if call.request.stream and 200 <= opened.status < 300:
-                response = self._streaming(call, placement, route, opened, lease)
-                handed_over = True  # the RelayStream releases the lease when it ends
+                response = self._streaming(call, ticket, placement, route, opened)
+                handed_over = True  # the RelayStream's finish hook settles the lease
                 return response
             payload = await opened.read_rest()
-            return self._buffered(call, placement, route, opened, payload, lease)
-        except UpstreamFailure as failure:
-            self._failed(placement, failure)
-            return failure
+            return self._buffered(call, ticket, placement, route, opened, payload)
+        except UpstreamFailure as exc:
+            self._count_failure(placement, exc.failure)
+            return self.core.failed(ticket, exc.failure, self.loop.time())
         finally:
             if not handed_over:
-                # Failure, cancellation or exception before a response existed; after
-                # _buffered settled the lease this is a no-op (release is idempotent).
-                lease.release(ok=False)
+                # Cancellation or an exception before a response existed; after the core
+                # settled this lease (failed, finished) this is a no-op.
+                placement.lease.release(ok=False)
 
-    async def _demo_half_rtt(self, peer: PeerLink) -> None:
-        rtt = peer.spec.rtt_ms
-        if self.rt.config.demo and math.isfinite(rtt) and rtt > 0:
-            await self.sleep(rtt / 2000.0)
-
-    def _replica_request(
-        self, call: ProxyCall, placement: Placement
-    ) -> tuple[str, bytes, dict[str, str]]:
-        url = join_url(placement.target.url, call.request.endpoint.path)
-        headers = {
-            "Content-Type": "application/json",
-            "X-Request-ID": call.request_id,
-            # Bytes are relayed raw (no decoding on the hot path), so ask for them plain.
-            "Accept-Encoding": "identity",
-        }
-        return url, call.request.upstream_body(), headers
-
-    def _peer_request(self, call: ProxyCall, peer: PeerLink) -> tuple[str, bytes, dict[str, str]]:
+    def _request(self, call: ProxyCall, placement: Placement) -> UpstreamRequest:
+        if placement.peer is None:
+            headers = {
+                "Content-Type": "application/json",
+                "X-Request-ID": call.request_id,
+                # Bytes are relayed raw (no decoding on the hot path), so ask for them plain.
+                "Accept-Encoding": "identity",
+            }
+            url = join_url(placement.target.url, call.request.endpoint.path)
+            return UpstreamRequest(url, call.request.upstream_body(), headers)
         # The peer redoes validation, auth and accounting on the client's own body.
         headers = {
             "Content-Type": "application/json",
             "Authorization": call.authorization,
             "X-Request-ID": call.request_id,
             "Accept-Encoding": "identity",
-            HOP_HEADER: self.rt.config.balancer,
+            HOP_HEADER: self.balancer,
         }
         session = call.descriptor.session_key
         if not call.request.user and session.isascii():
             # The peer would see our address as the client's: pass the session on
             # (a body's ``user`` travels in the body and wins there anyway).
             headers["X-Session-ID"] = session
-        return join_url(peer.spec.url, call.request.endpoint.path), call.raw_body, headers
+        peer = placement.peer.spec
+        url = join_url(peer.url, call.request.endpoint.path)
+        return UpstreamRequest(url, call.raw_body, headers, peer=peer)
 
     def _streaming(
-        self, call: ProxyCall, target: Placement, route: str, opened: Opened, lease: Lease
+        self,
+        call: ProxyCall,
+        ticket: Ticket[Waiter],
+        target: Placement,
+        route: str,
+        opened: Opened,
     ) -> StreamingHttpResponse:
         ttft = opened.first_byte_at - call.arrived
-        self.rt.metrics.ttft.observe(ttft, call.request.model, route)
+        self.metrics.ttft.observe(ttft, call.request.model, route)
         sse = None if target.peer else SseRelay(strip_usage=not call.request.client_wants_usage)
 
         def finished(outcome: str, relay: SseRelay | None) -> None:
             status = opened.status if outcome == OUTCOME_OK else CLIENT_CLOSED
+            failure = None
             if outcome not in (OUTCOME_OK, OUTCOME_CLIENT_CLOSED):
-                status = 502
-                self._failed(target, UpstreamFailure("failed mid-stream"))
+                status, failure = 502, Failure("failed mid-stream")
+                self._count_failure(target, failure)
             usage = relay.usage if relay else None
-            self._settle(call, target, route, status, usage, lease, ok=outcome == OUTCOME_OK)
+            ok = outcome == OUTCOME_OK
+            self._settle(call, ticket, target, route, status, usage, ok=ok, failure=failure)
 
         stream = RelayStream(opened, sse=sse, on_finish=finished)
         response = StreamingHttpResponse(
@@ -223,16 +169,17 @@ class Dispatcher:
     def _buffered(
         self,
         call: ProxyCall,
+        ticket: Ticket[Waiter],
         target: Placement,
         route: str,
         opened: Opened,
         payload: bytes,
-        lease: Lease,
     ) -> HttpResponse:
         usage = None
         if target.peer is None and 200 <= opened.status < 300:
             usage = _usage_of(payload)
-        self._settle(call, target, route, opened.status, usage, lease, ok=opened.status < 400)
+        ok = opened.status < 400
+        self._settle(call, ticket, target, route, opened.status, usage, ok=ok)
         response = HttpResponse(payload, status=opened.status, content_type=opened.content_type)
         self._stamp(response, call, target, opened)
         return response
@@ -240,22 +187,23 @@ class Dispatcher:
     def _settle(
         self,
         call: ProxyCall,
+        ticket: Ticket[Waiter],
         target: Placement,
         route: str,
         status: int,
         usage: Usage | None,
-        lease: Lease,
         *,
         ok: bool,
+        failure: Failure | None = None,
     ) -> None:
         """End-of-request accounting: lease, counters, latency, token usage."""
-        lease.release(ok=ok)
-        metrics, model = self.rt.metrics, call.request.model
+        self.core.finished(ticket, ok=ok, failure=failure)
+        metrics, model = self.metrics, call.request.model
         metrics.requests.inc(model, str(status), route)
         metrics.latency.observe(time.monotonic() - call.arrived, model, route)
         if usage is not None and target.peer is None:
             name = target.target.target_id
-            self.rt.router.record_usage(
+            self.core.local.record_usage(
                 name, usage.prompt_tokens, usage.cached_tokens, usage.completion_tokens
             )
             metrics.prompt_tokens.inc(name, amount=usage.prompt_tokens)
@@ -267,38 +215,18 @@ class Dispatcher:
     ) -> None:
         response["X-Request-ID"] = call.request_id
         if target.peer is None:
-            response["X-Meridian-Balancer"] = self.rt.config.balancer
+            response["X-Meridian-Balancer"] = self.balancer
             response["X-Meridian-Replica"] = target.target.target_id
             return
         for name in ("X-Meridian-Balancer", "X-Meridian-Replica"):
             if name in opened.response.headers:
                 response[name] = opened.response.headers[name]
-        response["X-Meridian-Entry"] = self.rt.config.balancer
+        response["X-Meridian-Entry"] = self.balancer
 
-    def _failed(self, target: Placement, failure: UpstreamFailure) -> None:
+    def _count_failure(self, target: Placement, failure: Failure) -> None:
         reason = "capacity" if failure.capacity else ("http" if failure.status else "network")
-        self.rt.metrics.upstream_errors.inc(target.label, reason)
+        self.metrics.upstream_errors.inc(target.label, reason)
         logger.warning("attempt on %s failed: %s", target.label, failure.reason)
-        if target.peer is None and failure.marks_unhealthy:
-            self.rt.router.mark_failed(target.target.target_id)
-
-    def _refusal(
-        self, call: ProxyCall, *, attempts: int, last: UpstreamFailure | None
-    ) -> errors.ApiError:
-        model, retry = call.request.model, self.rt.config.retry_after_s
-        if last is not None and not last.capacity:
-            return errors.upstream_failed(model, attempts, last.reason)
-        healthy, _ = self.rt.router.counts(model)
-        # A peer with healthy replicas counts only if this request may still be forwarded.
-        peer_busy = not call.descriptor.forwarded and self.rt.remote.has_healthy(model)
-        if healthy or (last is not None and last.capacity) or peer_busy:
-            return errors.at_capacity(model, retry)
-        return errors.no_healthy_replica(model, retry)
-
-
-def _delivered(future: asyncio.Future[Placement]) -> bool:
-    """The pump placed this request (``exception()`` also marks a 503 as seen)."""
-    return future.done() and not future.cancelled() and future.exception() is None
 
 
 def _usage_of(payload: bytes) -> Usage | None:

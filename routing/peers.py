@@ -16,21 +16,16 @@ the error and retries every interval; cross-region routing does not notice.
 Socket timeouts are bounded by the interval so a black-holed Redis cannot stall
 the loop.
 
-``PeerPartition`` is the partition drill's fault (``POST /internal/faults``): while
-it holds, polls of and forwards to the listed peers fail as if the network between
-the two regions were cut, so the remote layer ages their reports out exactly as it
-would for an unreachable peer.  It expires on its own at ``until`` (wall clock), so
-a drill that dies cannot leave a region cut off.
+The poller fetches through a ``ReportFetch`` (``HttpReportFetch`` in
+production), which the partition drill's fault wraps
+(``routing.transport.PartitionedPolls``): the poller has no branch for it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import time
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Awaitable, Callable, Sequence
 
 import httpx
 import redis.asyncio as aioredis
@@ -38,6 +33,7 @@ from redis.exceptions import RedisError
 
 from routing.core.peers import Heartbeat, heartbeat_key
 from routing.core.remote import PeerLink, RemoteRouter
+from routing.core.topology import PeerSpec
 from routing.upstream import join_url
 
 logger = logging.getLogger(__name__)
@@ -45,48 +41,35 @@ logger = logging.getLogger(__name__)
 AVAILABILITY_PATH = "/internal/availability"
 
 
-@dataclass
-class PeerPartition:
-    """Peers this balancer must treat as unreachable until ``until`` (epoch seconds)."""
+# A peer's availability report; ``httpx.HTTPError`` or ``ValueError`` when there is none.
+ReportFetch = Callable[[PeerSpec], Awaitable[Heartbeat]]
 
-    peers: frozenset[str] = frozenset()
-    until: float = 0.0
 
-    def set(self, peers: Iterable[str], until: float) -> None:
-        self.peers, self.until = frozenset(peers), until
+class HttpReportFetch:
+    """GETs a peer's ``/internal/availability`` on the shared client."""
 
-    def active(self, now: float | None = None) -> frozenset[str]:
-        if self.peers and (time.time() if now is None else now) >= self.until:
-            self.peers, self.until = frozenset(), 0.0  # expired: heal on its own
-        return self.peers
+    def __init__(self, client: httpx.AsyncClient, *, token: str, timeout_s: float) -> None:
+        self.client = client
+        self.timeout_s = timeout_s
+        self._headers = {"Authorization": f"Bearer {token}", "Accept-Encoding": "identity"}
 
-    def blocks(self, peer: str) -> bool:
-        return peer in self.active()
-
-    def view(self) -> dict[str, Any]:
-        peers = self.active()
-        return {"partition": sorted(peers), "until": self.until if peers else None}
+    async def __call__(self, peer: PeerSpec) -> Heartbeat:
+        response = await self.client.get(
+            join_url(peer.url, AVAILABILITY_PATH), headers=self._headers, timeout=self.timeout_s
+        )
+        response.raise_for_status()
+        return Heartbeat.from_json(response.content)
 
 
 class AvailabilityPoller:
     """Polls every peer's availability report for the remote layer."""
 
     def __init__(
-        self,
-        client: httpx.AsyncClient,
-        remote: RemoteRouter,
-        *,
-        token: str,
-        timeout_s: float,
-        on_error: Callable[[str], None],
-        partition: PeerPartition | None = None,
+        self, fetch: ReportFetch, remote: RemoteRouter, *, on_error: Callable[[str], None]
     ) -> None:
-        self.client = client
-        self.partition = partition or PeerPartition()
+        self.fetch = fetch
         self.remote = remote
-        self.timeout_s = timeout_s
         self.on_error = on_error
-        self._headers = {"Authorization": f"Bearer {token}", "Accept-Encoding": "identity"}
         self.last_errors: dict[str, str] = {}
 
     async def poll_all(self) -> None:
@@ -97,15 +80,7 @@ class AvailabilityPoller:
     async def poll(self, link: PeerLink) -> None:
         name = link.spec.name
         try:
-            if self.partition.blocks(name):
-                raise httpx.ConnectError(f"partitioned from {name} (drill)")
-            response = await self.client.get(
-                join_url(link.spec.url, AVAILABILITY_PATH),
-                headers=self._headers,
-                timeout=self.timeout_s,
-            )
-            response.raise_for_status()
-            report = Heartbeat.from_json(response.content)
+            report = await self.fetch(link.spec)
         except (httpx.HTTPError, ValueError) as exc:
             self.on_error(name)
             if name not in self.last_errors:

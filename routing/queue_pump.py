@@ -1,110 +1,112 @@
-"""The regional queue's driver: hands queued requests to targets (SkyLB §3.3).
+"""The dispatch core's regional queue on the balancer's event loop (SkyLB §3.3).
 
-Requests that found nothing available wait FCFS per model in
-``routing.core.pending_queue``; this module delivers each one a placement the
-moment a probe, a completion, a failure, a peer report or a topology change frees
-a target, and expires those whose deadline passed (503).
+Requests that found nothing available wait FCFS in ``routing.core.dispatch``;
+what to do with them is the core's decision, *when* to ask is this module's:
+
+* wake-ups (the routers' ``on_change``: a probe, a completion, a failure, a
+  peer report, a topology change) coalesce into one ``call_soon`` drain, and
+  the drain is synchronous, so no await separates seeing a target available
+  from taking its lease; its placements go to the waiting requests' futures
+  and the replicas it names are probed early (``ReplicaProber.probe_soon``);
+* one ``call_at`` timer, set for the earliest deadline (``DispatchCore.timer``),
+  hands out the core's queue timeouts (503); nothing polls.
+
+Every wait ends in the queue-wait histogram as ``placed``, ``timeout`` or
+``cancelled`` (the client went away).
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
-import math
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterable
 
-from routing.core import errors
-from routing.core.pending_queue import QueuedRequest
-from routing.core.remote import Placement, nothing_available, place
-from routing.telemetry import QUEUE_CANCELLED, QUEUE_PLACED, QUEUE_TIMEOUT
+from routing.core.dispatch import DispatchCore, Refuse, Send, Ticket
+from routing.telemetry import QUEUE_CANCELLED, QUEUE_PLACED, QUEUE_TIMEOUT, BalancerMetrics
 
-if TYPE_CHECKING:
-    from routing.runtime import BalancerRuntime
+# A millisecond of slack: the loop may fire a timer a hair before its time.
+_TIMER_SLACK_S = 0.001
 
 
-@dataclass(frozen=True, slots=True)
 class Waiter:
-    """A queued request as the pump sees it: where to deliver the placement, and
-    which targets already failed it."""
+    """A request's handle in the core: where its decision goes while it waits."""
 
-    future: asyncio.Future[Placement]
-    tried: frozenset[str]
-    tried_peers: frozenset[str]
+    __slots__ = ("future",)
+
+    def __init__(self) -> None:
+        # A fresh future for each wait (a retry may wait a second time).
+        self.future: asyncio.Future[Send[Waiter] | Refuse[Waiter]] | None = None
+
+
+def alive(ticket: Ticket[Waiter]) -> bool:
+    """False once the waiting client left (its future was cancelled or answered)."""
+    future = ticket.handle.future
+    return future is None or not future.done()
 
 
 class QueuePump:
-    """Hands queued requests to targets the moment one is available (SkyLB §3.3).
-
-    Probes, completions, failures, peer reports and topology changes call
-    ``wake`` (the routers' ``on_change``); wake-ups are coalesced into one
-    ``call_soon`` and the drain is synchronous, so no await separates seeing a
-    target available from taking its lease.  One timer, set for the earliest
-    deadline, expires waiting requests (503); nothing polls.
-    """
-
-    def __init__(self, runtime: BalancerRuntime) -> None:
-        self.rt = runtime
+    def __init__(
+        self,
+        core: DispatchCore[Waiter],
+        loop: asyncio.AbstractEventLoop,
+        metrics: BalancerMetrics,
+        *,
+        probe_soon: Callable[[Iterable[str]], None],
+    ) -> None:
+        self.core = core
+        self.loop = loop
+        self.metrics = metrics
+        self.probe_soon = probe_soon
         self._scheduled = False
         self._timer: asyncio.TimerHandle | None = None
-        self._timer_at = math.inf
 
     def wake(self) -> None:
         if not self._scheduled:
             self._scheduled = True
-            self.rt.loop.call_soon(self._drain_all)
+            self.loop.call_soon(self._drain)
 
-    def queued(self) -> None:
-        """A request was queued: try to place it, and make sure its deadline is timed."""
+    async def wait(self, ticket: Ticket[Waiter]) -> Send[Waiter] | Refuse[Waiter]:
+        """The core queued ``ticket``: its placement, or its refusal at the deadline."""
+        future = ticket.handle.future = self.loop.create_future()
         self.wake()
         self._arm()
+        try:
+            return await future
+        except asyncio.CancelledError:
+            # The client left while queued, or in the instant after being placed.
+            waited = self.core.cancel(ticket, self.loop.time())
+            if waited is not None:
+                self.metrics.queue_wait.observe(waited, ticket.request.model, QUEUE_CANCELLED)
+            raise
 
-    def _drain_all(self) -> None:
+    def _drain(self) -> None:
         self._scheduled = False
-        rt = self.rt
-        for model, queue in rt.queues.items():
-            if not queue:
-                continue
-            exhausted = functools.partial(nothing_available, model, rt.router, rt.remote)
-            placed = queue.drain(self._place, exhausted)
-            now = rt.loop.time()
-            for entry, placement in placed:
-                entry.payload.future.set_result(placement)
-                rt.metrics.queue_wait.observe(entry.waited(now), model, QUEUE_PLACED)
-            if queue:
-                rt.prober.probe_soon(rt.router.reprobe_candidates(model, rt.config.probe_min_gap_s))
+        drained = self.core.drain(self.loop.time())
+        for send in drained.sends:
+            future = send.ticket.handle.future
+            assert future is not None  # set by wait() before any drain could run
+            future.set_result(send)
+            waited = send.waited or 0.0
+            self.metrics.queue_wait.observe(waited, send.ticket.request.model, QUEUE_PLACED)
+        if drained.probe:
+            self.probe_soon(drained.probe)
         self._arm()
 
-    def _place(self, entry: QueuedRequest[Waiter]) -> Placement | None:
-        waiter = entry.payload
-        if waiter.future.done():
-            return None  # its client left; its own task takes the entry out
-        return place(
-            entry.request,
-            self.rt.router,
-            self.rt.remote,
-            tried=waiter.tried,
-            tried_peers=waiter.tried_peers,
-        )
-
     def _arm(self) -> None:
-        deadline = self.rt.queues.next_deadline()
-        if deadline is None or deadline >= self._timer_at:
+        deadline = self.core.timer()
+        if deadline is None:
             return  # the timer already set fires first and re-arms
         if self._timer is not None:
             self._timer.cancel()
-        self._timer, self._timer_at = self.rt.loop.call_at(deadline, self._expire), deadline
+        self._timer = self.loop.call_at(deadline, self._expire)
 
     def _expire(self) -> None:
-        self._timer, self._timer_at = None, math.inf
-        # A millisecond of slack: the loop may fire a timer a hair before its time.
-        now = self.rt.loop.time() + 0.001
-        retry = self.rt.config.retry_after_s
-        for entry in self.rt.queues.expire(now):
-            model, waited, future = entry.request.model, entry.waited(now), entry.payload.future
-            if future.done():
-                self.rt.metrics.queue_wait.observe(waited, model, QUEUE_CANCELLED)
+        self._timer = None
+        for refusal in self.core.expire(self.loop.time() + _TIMER_SLACK_S):
+            future, model = refusal.ticket.handle.future, refusal.ticket.request.model
+            waited = refusal.waited or 0.0
+            if future is None or future.done():
+                self.metrics.queue_wait.observe(waited, model, QUEUE_CANCELLED)
                 continue
-            future.set_exception(errors.queue_timeout(model, waited, retry))
-            self.rt.metrics.queue_wait.observe(waited, model, QUEUE_TIMEOUT)
+            future.set_result(refusal)
+            self.metrics.queue_wait.observe(waited, model, QUEUE_TIMEOUT)
         self._arm()

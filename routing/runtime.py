@@ -5,8 +5,9 @@ on a single event loop and sends no lifespan events, so there is no start-up
 hook; the first request creates the runtime and awaits its first topology
 load.  Everything that must be shared by all requests of a process lives here:
 the one ``httpx.AsyncClient`` (its connection pool is the point), the in-flight
-ledgers (a per-request copy would count nothing), the regional queues and their
-pump, the metrics, and the four background loops:
+ledgers (a per-request copy would count nothing), the dispatch core with its
+regional queues and their pump, the transport, the metrics, and the background
+loops:
 
 * topology refresh every ``MERIDIAN_TOPOLOGY_REFRESH_S`` (the only ORM access);
 * replica probe every ``MERIDIAN_PROBE_INTERVAL_S`` (``routing.prober``);
@@ -19,6 +20,9 @@ pump, the metrics, and the four background loops:
 
 The two layers (``LocalRouter``, ``RemoteRouter``) call the pump's ``wake``
 whenever a target may have become available, so queued requests leave at once.
+This module is where the parts meet: the dispatcher and the pump receive their
+collaborators (the core, the transport, the metrics, the prober's ``probe_soon``)
+rather than the runtime, so nothing below imports it.
 
 The runtime is bound to the loop that created it; a different running loop (a
 test harness that makes a fresh loop per call) gets a fresh runtime rather than
@@ -40,6 +44,7 @@ from django.conf import settings
 from django.db import DatabaseError
 
 from routing.core import errors
+from routing.core.dispatch import DispatchCore, Ticket
 from routing.core.kv_events import split_kv_event_params
 from routing.core.peers import Heartbeat
 from routing.core.pending_queue import RegionalQueues
@@ -51,12 +56,19 @@ from routing.core.tokenizer import Tokenizer, build_tokenizer
 from routing.core.topology import TopologySnapshot
 from routing.dispatch import Dispatcher
 from routing.kv_events import KVEventConsumer
-from routing.peers import AvailabilityPoller, PeerDirectory, PeerPartition
+from routing.peers import AvailabilityPoller, HttpReportFetch, PeerDirectory
 from routing.prober import ReplicaProber
-from routing.queue_pump import QueuePump, Waiter
+from routing.queue_pump import QueuePump, Waiter, alive
 from routing.telemetry import BalancerMetrics, QueueSnapshot
 from routing.topology import BalancerNotConfiguredError, load_snapshot_async
-from routing.upstream import UpstreamClient
+from routing.transport import (
+    DemoLatency,
+    PartitionedPolls,
+    PartitionFault,
+    PeerPartition,
+    PoolTransport,
+    Transport,
+)
 from routing.upstream_pool import UpstreamPool
 
 logger = logging.getLogger(__name__)
@@ -133,6 +145,18 @@ def _policy_or_default(name: str, params: Mapping[str, Any]) -> Policy:
         return build_policy("least_load")
 
 
+def _shared_client(config: BalancerConfig) -> httpx.AsyncClient:
+    """The process's one httpx client: probes, peer polls, KV-event discovery."""
+    return httpx.AsyncClient(
+        timeout=httpx.Timeout(config.read_timeout_s, connect=config.connect_timeout_s),
+        # Long streams hold a connection each; httpx's default cap of 100 would
+        # queue requests in the pool instead of on a replica.
+        limits=httpx.Limits(max_connections=2048, max_keepalive_connections=256),
+        # Replica and peer URLs are internal: never route them via an env proxy.
+        trust_env=False,
+    )
+
+
 class BalancerRuntime:
     def __init__(self, config: BalancerConfig, loop: asyncio.AbstractEventLoop) -> None:
         self.config = config
@@ -150,40 +174,22 @@ class BalancerRuntime:
             queue_buffer=config.peer_queue_buffer,
             max_age_s=config.availability_ttl_s,
         )
-        self.queues: RegionalQueues[Waiter] = RegionalQueues()
-        self.pump = QueuePump(self)
-        self.router.on_change = self.remote.on_change = self.pump.wake
+        self.queues: RegionalQueues[Ticket[Waiter]] = RegionalQueues()
+        self.core: DispatchCore[Waiter] = DispatchCore(
+            self.router,
+            self.remote,
+            self.queues,
+            max_attempts=config.max_attempts,
+            retry_after_s=config.retry_after_s,
+            probe_min_gap_s=config.probe_min_gap_s,
+            alive=alive,
+        )
         self.peers = PeerDirectory(
             config.redis_url,
             interval_s=config.heartbeat_interval_s,
             ttl_s=config.heartbeat_ttl_s,
         )
-        self.client = httpx.AsyncClient(
-            timeout=httpx.Timeout(config.read_timeout_s, connect=config.connect_timeout_s),
-            # Long streams hold a connection each; httpx's default cap of 100 would
-            # queue requests in the pool instead of on a replica.
-            limits=httpx.Limits(max_connections=2048, max_keepalive_connections=256),
-            # Replica and peer URLs are internal: never route them via an env proxy.
-            trust_env=False,
-        )
-        # The relay path (every proxied request) uses a lean keep-alive pool: httpx's
-        # pool bookkeeping grew with the number of open streams (docs/performance.md).
-        # httpx stays for probes and peer polls, where its generality is worth it.
-        self.upstream: UpstreamClient = UpstreamPool(
-            connect_timeout_s=config.connect_timeout_s, read_timeout_s=config.read_timeout_s
-        )
-        self.dispatcher = Dispatcher(self)
-        self.partition = PeerPartition()  # drill_partition's fault, empty otherwise
-        self.kv = KVEventConsumer(self.client, self.router, timeout_s=config.probe_timeout_s)
-        self.poller = AvailabilityPoller(
-            self.client,
-            self.remote,
-            token=config.internal_token,
-            # A poll must not outlive its own report's freshness.
-            timeout_s=min(config.availability_ttl_s, max(0.2, config.availability_interval_s * 2)),
-            on_error=self.metrics.availability_errors.inc,
-            partition=self.partition,
-        )
+        self.client = _shared_client(config)
         self.prober = ReplicaProber(
             self.client,
             self.router,
@@ -191,11 +197,47 @@ class BalancerRuntime:
             timeout_s=config.probe_timeout_s,
             failure_threshold=config.probe_failure_threshold,
         )
+        self.pump = QueuePump(self.core, loop, self.metrics, probe_soon=self.prober.probe_soon)
+        self.router.on_change = self.remote.on_change = self.pump.wake
+        # The relay path (every proxied request) uses a lean keep-alive pool: httpx's
+        # pool bookkeeping grew with the number of open streams (docs/performance.md).
+        # httpx stays for probes and peer polls, where its generality is worth it.
+        self.upstream = UpstreamPool(
+            connect_timeout_s=config.connect_timeout_s, read_timeout_s=config.read_timeout_s
+        )
+        self.partition = PeerPartition()  # drill_partition's fault, empty otherwise
+        self.dispatcher = Dispatcher(
+            self.core,
+            self.pump,
+            self._transport(),
+            self.metrics,
+            balancer=config.balancer,
+            loop=loop,
+        )
+        self.kv = KVEventConsumer(self.client, self.router, timeout_s=config.probe_timeout_s)
+        self.poller = AvailabilityPoller(
+            self._report_fetch(), self.remote, on_error=self.metrics.availability_errors.inc
+        )
         self.snapshot: TopologySnapshot | None = None
         self.topology_error: str | None = None
         self.dead_loops: dict[str, str] = {}
         self._start: asyncio.Task[None] | None = None
         self._tasks: list[asyncio.Task[None]] = []
+
+    def _transport(self) -> Transport:
+        """The relay pool, with the partition drill's fault and, in the demo, the RTT."""
+        transport: Transport = PartitionFault(PoolTransport(self.upstream), self.partition)
+        return DemoLatency(transport) if self.config.demo else transport
+
+    def _report_fetch(self) -> PartitionedPolls:
+        config = self.config
+        fetch = HttpReportFetch(
+            self.client,
+            token=config.internal_token,
+            # A poll must not outlive its own report's freshness.
+            timeout_s=min(config.availability_ttl_s, max(0.2, config.availability_interval_s * 2)),
+        )
+        return PartitionedPolls(fetch, self.partition)
 
     # -- start-up -----------------------------------------------------------------------
 

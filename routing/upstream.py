@@ -1,16 +1,17 @@
 """One upstream call: open it, wait for its first byte, relay it without buffering.
 
-``open_upstream`` sends the request on the shared ``httpx.AsyncClient`` with
-``stream=True`` and waits for the first body chunk before the proxy commits a
-response to the client.  Until then nothing has reached the client, so any
-failure (connect error, reset, 5xx, a replica that died after its headers) is an
-``UpstreamFailure`` the dispatcher retries on a *different* target.
+``open_upstream`` POSTs the request through the relay's keep-alive pool
+(``routing.upstream_pool``) and waits for the first body chunk before the proxy
+commits a response to the client.  Until then nothing has reached the client,
+so any failure (connect error, reset, 5xx, a replica that died after its
+headers) is an ``UpstreamFailure`` the dispatcher retries on a *different*
+target.
 
 ``RelayStream`` is the body of the ``StreamingHttpResponse``: an async iterator
 over the rest of the upstream body, with the accounting in ``try/finally``.
 Django's ASGI handler cancels the response task when the client disconnects
 (``ASGIHandler.handle`` → ``task.cancel()``), which raises ``CancelledError`` at
-our pending ``await`` on the upstream; the ``finally`` then closes the httpx
+our pending ``await`` on the upstream; the ``finally`` then closes the upstream
 response, which closes the replica connection mid-body: vLLM (and the emulated
 replica) see the disconnect and abort the request, freeing its KV blocks.  If
 Django drops the response before ever iterating it (the client left between
@@ -28,8 +29,7 @@ import weakref
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 
-import httpx
-
+from routing.core.dispatch import Failure
 from routing.core.sse import SseRelay
 from routing.upstream_pool import UpstreamError, UpstreamPool, UpstreamResponse
 
@@ -52,31 +52,37 @@ def join_url(base: str, path: str) -> str:
 
 
 class UpstreamFailure(Exception):
-    """A failed attempt before any byte reached the client; the request may go elsewhere."""
+    """A failed attempt before any byte reached the client; the request may go elsewhere.
+
+    ``failure`` is what the dispatch core hears (``DispatchCore.failed``)."""
 
     def __init__(self, reason: str, *, status: int | None = None, capacity: bool = False) -> None:
         super().__init__(reason)
-        self.reason = reason
-        self.status = status
         # 429: the target is busy, not broken; try another without marking it unhealthy.
-        self.capacity = capacity
+        self.failure = Failure(reason, status, capacity)
+
+    @property
+    def reason(self) -> str:
+        return self.failure.reason
+
+    @property
+    def status(self) -> int | None:
+        return self.failure.status
+
+    @property
+    def capacity(self) -> bool:
+        return self.failure.capacity
 
     @property
     def marks_unhealthy(self) -> bool:
-        return not self.capacity
-
-
-# Either client serves: the shared httpx.AsyncClient, or the lean pool made for this
-# path (routing.upstream_pool), whose responses have the same small interface.
-UpstreamClient = httpx.AsyncClient | UpstreamPool
-_NETWORK_ERRORS = (httpx.HTTPError, UpstreamError)
+        return self.failure.marks_unhealthy
 
 
 @dataclass(slots=True)
 class Opened:
     """An upstream response whose first body chunk has arrived."""
 
-    response: httpx.Response | UpstreamResponse
+    response: UpstreamResponse
     first_chunk: bytes
     chunks: AsyncIterator[bytes]
     first_byte_at: float
@@ -95,29 +101,20 @@ class Opened:
         try:
             async for chunk in self.chunks:
                 parts.append(chunk)
-        except _NETWORK_ERRORS as exc:
+        except UpstreamError as exc:
             raise UpstreamFailure(f"body read failed: {_describe(exc)}") from exc
         finally:
             await self.response.aclose()
         return b"".join(parts)
 
 
-async def _post(
-    client: UpstreamClient, url: str, body: bytes, headers: Mapping[str, str]
-) -> httpx.Response | UpstreamResponse:
-    if isinstance(client, UpstreamPool):
-        return await client.post(url, body, headers)
-    request = client.build_request("POST", url, content=body, headers=dict(headers))
-    return await client.send(request, stream=True)
-
-
 async def open_upstream(
-    client: UpstreamClient, url: str, body: bytes, headers: Mapping[str, str]
+    pool: UpstreamPool, url: str, body: bytes, headers: Mapping[str, str]
 ) -> Opened:
     """POST and wait for the first body byte; ``UpstreamFailure`` if there is none."""
     try:
-        response = await _post(client, url, body, headers)
-    except _NETWORK_ERRORS as exc:
+        response = await pool.post(url, body, headers)
+    except UpstreamError as exc:
         raise UpstreamFailure(_describe(exc)) from exc
     try:
         if response.status_code == 429 or response.status_code >= 500:
@@ -132,7 +129,7 @@ async def open_upstream(
             first = await anext(chunks)
         except StopAsyncIteration:
             raise UpstreamFailure("empty response body") from None
-        except _NETWORK_ERRORS as exc:
+        except UpstreamError as exc:
             raise UpstreamFailure(f"failed before the first byte: {_describe(exc)}") from exc
         return Opened(response, first, chunks, time.monotonic())
     except BaseException:
@@ -149,7 +146,7 @@ class _Finisher:
 
     def __init__(
         self,
-        response: httpx.Response | UpstreamResponse,
+        response: UpstreamResponse,
         on_finish: FinishHook,
         sse: SseRelay | None,
     ):
@@ -213,7 +210,7 @@ class RelayStream:
             if self._sse is not None and (tail := self._sse.flush()):
                 yield tail
             outcome = OUTCOME_OK
-        except _NETWORK_ERRORS as exc:
+        except UpstreamError as exc:
             # Committed already: the client cannot be answered with a status any more,
             # so end the stream with an OpenAI-style error event the SDKs raise on.
             outcome = OUTCOME_UPSTREAM_ERROR

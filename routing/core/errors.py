@@ -21,6 +21,9 @@ INVALID_REQUEST = "invalid_request_error"
 SERVER_ERROR = "server_error"
 RATE_LIMIT = "rate_limit_error"
 
+# Codes the balancer counts separately (``meridian_queue_rejected_total``).
+QUEUE_FULL = "queue_full"
+
 
 @dataclass(eq=False)
 class ApiError(Exception):
@@ -165,7 +168,7 @@ def queue_full(model: str, max_len: int, retry_after_s: int) -> ApiError:
         f"Every replica serving model `{model}` is busy and {max_len} requests are "
         f"already waiting for one. Please retry after {retry_after_s} s.",
         type=RATE_LIMIT,
-        code="queue_full",
+        code=QUEUE_FULL,
         headers={"Retry-After": str(retry_after_s)},
     )
 

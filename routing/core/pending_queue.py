@@ -10,9 +10,10 @@ One ``PendingQueue`` per model, bounded twice (ServiceConfig's
 * a push beyond ``max_len`` raises ``QueueFullError`` (the client gets 429);
 * ``expire(now)`` removes and returns every entry past its deadline (503).
 
-Entries carry an opaque ``payload`` (the glue's future) so this module knows
-nothing about asyncio.  Removal is O(1) (a dict keeps insertion order), which
-matters because a client that disconnects while queued removes its own entry.
+Entries carry an opaque ``payload`` (the dispatch core's ticket) so this module
+knows nothing about requests in flight.  Removal is O(1) (a dict keeps
+insertion order), which matters because a client that disconnects while queued
+removes its own entry.
 A retry after a failed attempt goes back to the front: it arrived before
 everything now waiting.
 

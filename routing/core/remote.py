@@ -27,6 +27,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -158,7 +159,7 @@ class RemoteRouter:
             and link.queue_for(model) <= self.queue_buffer
         )
 
-    def candidates(self, model: str, exclude: frozenset[str] = frozenset()) -> list[TargetState]:
+    def candidates(self, model: str, exclude: AbstractSet[str] = frozenset()) -> list[TargetState]:
         """Available peers for ``model`` as targets, nearest first."""
         now = self.clock()
         out = []
@@ -185,7 +186,7 @@ class RemoteRouter:
         )
 
     def select(
-        self, request: RequestDescriptor, exclude: frozenset[str] = frozenset()
+        self, request: RequestDescriptor, exclude: AbstractSet[str] = frozenset()
     ) -> TargetState | None:
         entry = self._policies.get(request.model)
         candidates = self.candidates(request.model, exclude)
@@ -247,8 +248,8 @@ def place(
     local: LocalRouter,
     remote: RemoteRouter,
     *,
-    tried: frozenset[str] = frozenset(),
-    tried_peers: frozenset[str] = frozenset(),
+    tried: AbstractSet[str] = frozenset(),
+    tried_peers: AbstractSet[str] = frozenset(),
 ) -> Placement | None:
     """SkyLB Algorithm 1, HANDLEREQUEST: local first, else an available peer, else wait."""
     target = local.select(request, tried).target
@@ -272,7 +273,7 @@ def _rtt(spec: PeerSpec) -> float:
 
 
 def worth_waiting(
-    request: RequestDescriptor, local: LocalRouter, remote: RemoteRouter, tried: frozenset[str]
+    request: RequestDescriptor, local: LocalRouter, remote: RemoteRouter, tried: AbstractSet[str]
 ) -> bool:
     """Whether a request nothing can take now should queue: something healthy could
     take it once available again (a replica not yet tried, or, for a request not

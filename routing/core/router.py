@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import Any
 
@@ -166,7 +167,7 @@ class LocalRouter:
         return is_available(target, mark, self.pushing(target.model), self.limits, at)
 
     def select(
-        self, request: RequestDescriptor, exclude: frozenset[str] = frozenset()
+        self, request: RequestDescriptor, exclude: AbstractSet[str] = frozenset()
     ) -> Selection:
         healthy = [
             t

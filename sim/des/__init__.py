@@ -1,17 +1,19 @@
 """The discrete-event simulator: Meridian's own routing code in virtual time.
 
 It runs *the same objects* as a balancer process (``routing.core``: the
-``LocalRouter``/``RemoteRouter`` layers, Algorithm 1's ``place``, the regional
-``PendingQueue``, SP-P/SP-O/blind availability, every registry policy) and as
-an emulated replica (``sim.engine.Engine``), replacing only I/O and clocks:
+dispatch core with its placement, FCFS queue hand-off, retries and deadlines,
+the ``LocalRouter``/``RemoteRouter`` layers, SP-P/SP-O/blind availability,
+every registry policy) and as an emulated replica (``sim.engine.Engine``),
+replacing only I/O and clocks:
 
 * ``loop``: the event heap (virtual time, deterministic tie order);
 * ``config``: ``SimConfig`` (regions, replicas, clients, policy, production's
   timing defaults, RTTs) and the command-line parsers;
 * ``calls``: one request's hops (client → balancer → peer → replica) and results;
 * ``replica``: ``SimReplica``, the engine stepped in virtual time;
-* ``balancer``: ``SimBalancer``, the dispatch / queue-pump / prober / peer-poll
-  glue in virtual time around the production routers;
+* ``balancer``: ``SimBalancer``, the production ``DispatchCore`` driven in
+  virtual time: its clock, its transport (replicas and peers one way away),
+  probes and peer polls;
 * ``clients``: programs of dependent steps, closed- or open-loop, per region;
 * ``workloads``: which programs each region runs (mixing with ``+``, ServeGen
   time shifts, traces dealt across regions);

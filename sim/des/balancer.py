@@ -1,18 +1,22 @@
-"""One regional balancer in virtual time, driving the production routing core.
+"""One regional balancer in virtual time: the production dispatch core, another driver.
 
 The decisions are ``routing.core``'s own objects, built the way
 ``routing.runtime.BalancerRuntime`` builds them: a ``LocalRouter`` and a
-``RemoteRouter`` from ``registry.build_policy``/``remote_policy_name``, one
-``RegionalQueues``, SkyLB Algorithm 1 through ``remote.place``, queue hand-off
-through ``PendingQueue.drain`` with ``nothing_available`` as its stop test.
-What this module replaces is only the glue's I/O, in virtual time:
+``RemoteRouter`` from ``registry.build_policy``/``remote_policy_name``, and one
+``DispatchCore`` over one ``RegionalQueues``.  Placement (Algorithm 1), FCFS
+queue hand-off, retries on another target, queue deadlines and the early
+re-probe candidates are that core's, the very code the asyncio balancer runs;
+this module has no copy of them.  It keeps the clock and the transport:
 
-* ``routing.dispatch``: a newcomer places at once only when its model's queue is
-  empty (FCFS), else queues; a refusal from a peer retries on another target
-  from the queue's front, up to ``max_attempts`` (§3.3);
-* ``routing.queue_pump``: wake-ups coalesce into one ``call_soon`` drain, a timer
-  at the earliest deadline expires waiting requests (503), and replicas held back
-  only by an old probe are probed again early;
+* driving the core as ``routing.dispatch``/``routing.queue_pump`` do: arrivals
+  go to ``arrive``; wake-ups (the routers' ``on_change``) coalesce into one
+  ``call_soon`` drain; one timer, armed when ``DispatchCore.timer`` says,
+  calls ``expire``;
+* the transport, in virtual time: a replica is a ``SimReplica`` one way away;
+  a forward is a call into the peer's ``SimBalancer`` whose answer comes back
+  one way later, a 429 or 5xx being a failure before the first byte (the
+  core's ``failed``), anything else relayed as it is, as ``routing.upstream``
+  reads an answer;
 * ``routing.prober``: a probe round every ``probe_interval_s`` after the last
   one returned, each probe paying the RTT to its replica (SP-P's view is as old
   as in production), plus ``probe_soon`` with one probe in flight per replica;
@@ -24,38 +28,43 @@ What this module replaces is only the glue's I/O, in virtual time:
 from __future__ import annotations
 
 import dataclasses
-import functools
-import math
 from collections.abc import Callable, Mapping
 from typing import Protocol
 
+from routing.core.dispatch import Decision, DispatchCore, Failure, Refuse, Send, Ticket, Wait
 from routing.core.engine_metrics import EngineLoad
-from routing.core.leases import Lease
 from routing.core.peers import Heartbeat
-from routing.core.pending_queue import QueuedRequest, QueueFullError, RegionalQueues
+from routing.core.pending_queue import RegionalQueues
 from routing.core.registry import build_policy, remote_policy_name
-from routing.core.remote import (
-    Placement,
-    RemoteRouter,
-    availability_report,
-    nothing_available,
-    place,
-    worth_waiting,
-)
+from routing.core.remote import Placement, RemoteRouter, availability_report
 from routing.core.router import LocalRouter
 from routing.core.topology import ModelSpec, PeerSpec, ReplicaSpec
-from sim.des.calls import (
-    STATUS_BAD_REQUEST,
-    STATUS_QUEUE_FULL,
-    STATUS_UNAVAILABLE,
-    CallResult,
-    SimCall,
-    refused,
-)
+from sim.des.calls import STATUS_BAD_REQUEST, CallResult, SimCall, refused
 from sim.des.config import TimingConfig
 from sim.des.loop import EventLoop
-from sim.des.replica import Generation, SimReplica
+from sim.des.replica import Generation
 from sim.engine import EngineRequest, RequestOutput
+
+
+class Replica(Protocol):
+    """What the transport needs of a replica (``sim.des.replica.SimReplica``)."""
+
+    name: str
+    region: str
+
+    def load(self) -> EngineLoad: ...
+
+    def submit(self, request: EngineRequest, generation: Generation) -> None: ...
+
+
+class Peer(Protocol):
+    """What the transport needs of a peer balancer (another ``SimBalancer``)."""
+
+    region: str
+
+    def submit(self, call: SimCall) -> None: ...
+
+    def heartbeat(self) -> Heartbeat: ...
 
 
 class Network(Protocol):
@@ -65,9 +74,14 @@ class Network(Protocol):
 
     def one_way_s(self, a: str, b: str) -> float: ...
 
-    def replica(self, name: str) -> SimReplica: ...
+    def replica(self, name: str) -> Replica: ...
 
-    def balancer(self, name: str) -> SimBalancer: ...
+    def balancer(self, name: str) -> Peer: ...
+
+
+def _failed_before_first_byte(status: int) -> bool:
+    """An answer ``routing.upstream.open_upstream`` turns into a retryable failure."""
+    return status == 429 or status >= 500
 
 
 class SimBalancer:
@@ -87,13 +101,20 @@ class SimBalancer:
             max_age_s=timing.availability_ttl_s,
             clock=self.loop.clock,
         )
-        self.queues: RegionalQueues[SimCall] = RegionalQueues()
+        self.queues: RegionalQueues[Ticket[SimCall]] = RegionalQueues()
+        self.core: DispatchCore[SimCall] = DispatchCore(
+            self.router,
+            self.remote,
+            self.queues,
+            max_attempts=timing.max_attempts,
+            retry_after_s=timing.retry_after_s,
+            probe_min_gap_s=timing.probe_min_gap_s,
+        )
         self.router.on_change = self.remote.on_change = self.wake
         self.peers: tuple[PeerSpec, ...] = ()
         self.probes = 0
         self._replica_regions: dict[str, str] = {}
         self._scheduled = False
-        self._timer_at = math.inf
         self._probing: set[str] = set()
 
     # -- topology and background loops -----------------------------------------------
@@ -129,77 +150,92 @@ class SimBalancer:
             queue_lengths=self.queues.lengths(),
         )
 
-    # -- the request path (routing.dispatch) -------------------------------------------
+    # -- driving the dispatch core (routing.dispatch, routing.queue_pump) ---------------
 
-    def submit(self, call: SimCall, *, retry: bool = False) -> None:
-        """A request arrives (or comes back for another attempt after a refusal)."""
-        model = call.descriptor.model
-        queue = self.queues.for_model(model)
-        # FCFS: a newcomer may not overtake requests already waiting (a retry may).
-        if retry or not queue:
-            placement = self._place_call(call)
-            if placement is not None:
-                self._start(call, placement)
-                return
-        if not worth_waiting(call.descriptor, self.router, self.remote, frozenset(call.tried)):
-            call.on_done(refused(STATUS_UNAVAILABLE, "no healthy target"))
-            return
-        try:
-            queue.push(call.descriptor, call, self.loop.now, front=retry)
-        except QueueFullError as full:
-            call.on_done(refused(STATUS_QUEUE_FULL, str(full)))
-            return
-        self.wake()
+    def submit(self, call: SimCall) -> None:
+        """A request arrives."""
+        self._carry_out(self.core.arrive(Ticket(call.descriptor, call), self.loop.now))
+
+    def _carry_out(self, decision: Decision[SimCall]) -> None:
+        if isinstance(decision, Send):
+            self._send(decision)
+        elif isinstance(decision, Wait):
+            self.wake()
+            self._arm()
+        else:
+            self._refuse(decision)
+
+    def wake(self) -> None:
+        if not self._scheduled:
+            self._scheduled = True
+            self.loop.call_soon(self._drain)
+
+    def _drain(self) -> None:
+        self._scheduled = False
+        drained = self.core.drain(self.loop.now)
+        for send in drained.sends:
+            send.ticket.handle.journey.queue_wait += send.waited or 0.0
+            self._send(send)
+        self.probe_soon(drained.probe)
         self._arm()
 
-    def _place_call(self, call: SimCall) -> Placement | None:
-        return place(
-            call.descriptor,
-            self.router,
-            self.remote,
-            tried=frozenset(call.tried),
-            tried_peers=frozenset(call.tried_peers),
-        )
+    def _arm(self) -> None:
+        deadline = self.core.timer()
+        if deadline is not None:
+            # No cancelling in virtual time: a superseded timer fires and the core ignores it.
+            self.loop.call_at(deadline, self._expire)
 
-    def _start(self, call: SimCall, placement: Placement) -> None:
-        call.attempts += 1
-        if placement.peer is not None:
-            call.tried_peers.add(placement.label)
-            self._forward(call, placement)
+    def _expire(self) -> None:
+        for refusal in self.core.expire(self.loop.now):
+            self._refuse(refusal)
+        self._arm()
+
+    def _refuse(self, refusal: Refuse[SimCall]) -> None:
+        call, error = refusal.ticket.handle, refusal.error
+        call.journey.queue_wait += refusal.waited or 0.0
+        call.on_done(refused(error.status, error.code or error.message))
+
+    # -- the transport: replicas and peers one way away ---------------------------------
+
+    def _send(self, send: Send[SimCall]) -> None:
+        if send.placement.peer is not None:
+            self._forward(send.ticket, send.placement)
         else:
-            call.tried.add(placement.label)
-            self._to_replica(call, placement)
+            self._to_replica(send.ticket, send.placement)
 
-    def _to_replica(self, call: SimCall, placement: Placement) -> None:
-        name = placement.target.target_id
+    def _to_replica(self, ticket: Ticket[SimCall], placement: Placement) -> None:
+        call, name = ticket.handle, placement.label
         one_way = self.net.one_way_s(self.region, self._replica_regions[name])
         generation = Generation(
             on_first=lambda: self.loop.call_later(one_way, call.on_first),
             on_done=lambda out, tokens: self.loop.call_later(
-                one_way, self._replica_done, call, placement.lease, name, out, tokens
+                one_way, self._replica_done, ticket, name, out, tokens
             ),
         )
-        self.loop.call_later(one_way, self._arrive_at_replica, call, placement.lease, generation)
+        self.loop.call_later(one_way, self._arrive_at_replica, ticket, name, generation)
 
-    def _arrive_at_replica(self, call: SimCall, lease: Lease, generation: Generation) -> None:
+    def _arrive_at_replica(
+        self, ticket: Ticket[SimCall], name: str, generation: Generation
+    ) -> None:
+        call = ticket.handle
         request = EngineRequest(
             call.descriptor.request_id, call.prompt_ids, call.max_tokens, ignore_eos=call.ignore_eos
         )
-        replica = self.net.replica(lease.target.target_id)
+        replica = self.net.replica(name)
         try:
             replica.submit(request, generation)
-        except ValueError as exc:  # the engine's own limits: the API's 400
-            lease.release(ok=False)
+        except ValueError as exc:  # the engine's own limits: the API's 400, relayed
+            self.core.finished(ticket, ok=False)
             call.on_done(refused(STATUS_BAD_REQUEST, str(exc)))
             return
         call.journey.replica, call.journey.served_region = replica.name, replica.region
 
     def _replica_done(
-        self, call: SimCall, lease: Lease, name: str, out: RequestOutput, tokens: list[int]
+        self, ticket: Ticket[SimCall], name: str, out: RequestOutput, tokens: list[int]
     ) -> None:
-        lease.release(ok=True)
+        self.core.finished(ticket, ok=True)
         self.router.record_usage(name, out.prompt_tokens, out.cached_tokens, out.completion_tokens)
-        call.on_done(
+        ticket.handle.on_done(
             CallResult(
                 ok=True,
                 status=200,
@@ -210,8 +246,8 @@ class SimBalancer:
             )
         )
 
-    def _forward(self, call: SimCall, placement: Placement) -> None:
-        assert placement.peer is not None
+    def _forward(self, ticket: Ticket[SimCall], placement: Placement) -> None:
+        call = ticket.handle
         peer = self.net.balancer(placement.label)
         one_way = self.net.one_way_s(self.region, peer.region)
         call.journey.forwarded = True
@@ -223,58 +259,19 @@ class SimBalancer:
             call.journey,
             on_first=lambda: self.loop.call_later(one_way, call.on_first),
             on_done=lambda result: self.loop.call_later(
-                one_way, self._forward_done, call, placement.lease, result
+                one_way, self._forward_done, ticket, result
             ),
         )
         self.loop.call_later(one_way, peer.submit, inner)
 
-    def _forward_done(self, call: SimCall, lease: Lease, result: CallResult) -> None:
-        lease.release(ok=result.ok)
-        if result.ok or not result.capacity or call.attempts >= self.timing.max_attempts:
-            call.on_done(result)
+    def _forward_done(self, ticket: Ticket[SimCall], result: CallResult) -> None:
+        if result.ok or not _failed_before_first_byte(result.status):
+            self.core.finished(ticket, ok=result.ok)
+            ticket.handle.on_done(result)
             return
-        self.submit(call, retry=True)  # dispatch's next attempt, excluding that peer
-
-    # -- the queue pump (routing.queue_pump) ------------------------------------------
-
-    def wake(self) -> None:
-        if not self._scheduled:
-            self._scheduled = True
-            self.loop.call_soon(self._drain_all)
-
-    def _drain_all(self) -> None:
-        self._scheduled = False
-        for model, queue in self.queues.items():
-            if not queue:
-                continue
-            exhausted = functools.partial(nothing_available, model, self.router, self.remote)
-            placed = queue.drain(self._place_entry, exhausted)
-            now = self.loop.now
-            for entry, placement in placed:
-                entry.payload.journey.queue_wait += entry.waited(now)
-                self._start(entry.payload, placement)
-            if queue:
-                self.probe_soon(self.router.reprobe_candidates(model, self.timing.probe_min_gap_s))
-        self._arm()
-
-    def _place_entry(self, entry: QueuedRequest[SimCall]) -> Placement | None:
-        return self._place_call(entry.payload)
-
-    def _arm(self) -> None:
-        deadline = self.queues.next_deadline()
-        if deadline is None or deadline >= self._timer_at:
-            return
-        self._timer_at = deadline
-        self.loop.call_at(deadline, self._expire, deadline)
-
-    def _expire(self, armed_for: float) -> None:
-        if armed_for != self._timer_at:
-            return  # superseded by an earlier deadline's timer
-        self._timer_at = math.inf
-        for entry in self.queues.expire(self.loop.now):
-            entry.payload.journey.queue_wait += entry.waited(self.loop.now)
-            entry.payload.on_done(refused(STATUS_UNAVAILABLE, "queue_timeout"))
-        self._arm()
+        # The peer refused before its first byte: the core tries another target.
+        failure = Failure(result.error, result.status, capacity=result.status == 429)
+        self._carry_out(self.core.failed(ticket, failure, self.loop.now))
 
     # -- probes (routing.prober) and peer polls (routing.peers) ----------------------
 

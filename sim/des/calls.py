@@ -4,22 +4,22 @@ Each hop (client → balancer, balancer → peer balancer, balancer → replica)
 its own ``SimCall`` whose callbacks the next hop invokes; a hop adds its one-way
 latency on the way in and on the way back, so a forward pays the inter-region
 RTT once each way (first token and completion both arrive one RTT later), as
-``routing.dispatch`` charges it in demo mode and as the network does in
-production.  ``Journey`` is shared by every hop of one client request and
-collects what the report needs (queue waits, where it was served).
+``routing.transport.DemoLatency`` charges it in demo mode and as the network
+does in production.  ``Journey`` is shared by every hop of one client request
+and collects what the report needs (queue waits, where it was served).  What
+the dispatch core keeps per request (targets tried, attempts) is its
+``Ticket``, whose handle a ``SimCall`` is.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from routing.core.types import RequestDescriptor
 
 STATUS_OK = 200
 STATUS_BAD_REQUEST = 400
-STATUS_QUEUE_FULL = 429
-STATUS_UNAVAILABLE = 503
 
 
 @dataclass(slots=True)
@@ -44,11 +44,6 @@ class CallResult:
     completion_tokens: int = 0
     tokens: tuple[int, ...] = ()
 
-    @property
-    def capacity(self) -> bool:
-        """Refused for lack of room (429/503): worth another target, as dispatch retries."""
-        return self.status in (STATUS_QUEUE_FULL, STATUS_UNAVAILABLE)
-
 
 def refused(status: int, error: str) -> CallResult:
     return CallResult(ok=False, status=status, error=error)
@@ -65,6 +60,3 @@ class SimCall:
     journey: Journey
     on_first: Callable[[], None]
     on_done: Callable[[CallResult], None]
-    tried: set[str] = field(default_factory=set)
-    tried_peers: set[str] = field(default_factory=set)
-    attempts: int = 0

@@ -4,9 +4,10 @@ Every knob that production reads from a setting has the production default
 here (``MERIDIAN_PROBE_INTERVAL_S`` 0.25 s, ``MERIDIAN_AVAILABILITY_INTERVAL_S``
 0.3 s, ``MERIDIAN_AVAILABILITY_TTL_S`` 2 s, ``MERIDIAN_PROBE_STALE_S`` 2 s,
 ``MERIDIAN_PROBE_MIN_GAP_S`` 0.02 s, ``MERIDIAN_PEER_QUEUE_BUFFER`` τ = 1,
-``MERIDIAN_REPLICA_MAX_OUTSTANDING`` 32, ``MERIDIAN_MAX_ATTEMPTS`` 3), and the
-engine is ``sim.serve``'s default replica.  Inter-region RTTs default to the
-demo's (us↔eu 80 ms, us↔ap 150 ms, eu↔ap 200 ms).
+``MERIDIAN_REPLICA_MAX_OUTSTANDING`` 32, ``MERIDIAN_MAX_ATTEMPTS`` 3,
+``MERIDIAN_RETRY_AFTER_S`` 1), and the engine is ``sim.serve``'s default
+replica.  Inter-region RTTs default to the demo's (us↔eu 80 ms, us↔ap 150 ms,
+eu↔ap 200 ms).
 
 Deployments (SkyLB §5.1):
 
@@ -96,6 +97,7 @@ class TimingConfig:
     peer_queue_buffer: int = 1
     max_outstanding: int = 32
     max_attempts: int = 3
+    retry_after_s: int = 1
     queue_max_len: int = 1024
     queue_max_wait_s: float = 30.0
     # A /metrics probe's own round trip inside a region (loopback-ish).

@@ -1,7 +1,7 @@
 """Build a simulated deployment from a ``SimConfig`` and run it to the end.
 
 ``simulate(config)`` wires regions, replicas (``SimReplica`` around the real
-``Engine``), balancers (``SimBalancer`` around the real routers) and clients,
+``Engine``), balancers (``SimBalancer`` driving the real dispatch core) and clients,
 gives every balancer its topology the way ``routing.topology`` would (its own
 replicas; every other balancer as a peer with the region RTT), runs the event
 loop until the clients' budget is spent and everything in flight has finished

@@ -21,7 +21,7 @@ from django.core.management import CommandError, call_command
 from fleet.models import DrillRun
 from ops.drills.redis_outage import pause_command
 from ops.embedded_redis import EmbeddedRedis, ensure_redis
-from tests.routing.conftest import state
+from tests.support.balancers import state
 from tests.support.cluster import Cluster, running_cluster
 from tests.support.drills import assert_drill_passed, run_drill
 from tests.support.processes import ProcessGroup, free_port

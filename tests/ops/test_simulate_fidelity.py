@@ -23,7 +23,7 @@ from ops.replay.stats import ReplaySnapshot
 from sim.des.config import MODEL, SimConfig, TimingConfig
 from sim.des.metrics import Summary, summarize
 from sim.des.world import simulate
-from tests.routing.conftest import TopologyFactory, start_balancer
+from tests.support.balancers import TopologyFactory, start_balancer
 from tests.support.django_env import child_process_env
 from tests.support.processes import ProcessGroup, free_port
 from tests.support.sim_serve import serve_replicas

@@ -25,10 +25,9 @@ import httpx
 import pytest
 from django.conf import settings
 
-from tests.routing.conftest import (
+from tests.support.balancers import (
     MODEL,
     TopologyFactory,
-    eventually,
     metric_value,
     replica_waiting,
     set_fault,
@@ -36,6 +35,7 @@ from tests.routing.conftest import (
     start_replicas,
     state,
 )
+from tests.support.polling import eventually
 from tests.support.processes import ProcessGroup, free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db]

@@ -1,8 +1,8 @@
 """The dispatcher's decisions, in process: retries, forwarding, and refusals.
 
-A real ``BalancerRuntime`` with its topology set by hand and its shared client
-replaced by an in-memory transport that plays replicas and peer balancers, so
-each failure can be placed exactly (a 500 here, a reset there).
+A real ``BalancerRuntime`` with its topology set by hand, its production clients
+talking to loopback servers that play replicas and peer balancers, so each
+failure can be placed exactly (a 500 here, a reset there).
 """
 
 from __future__ import annotations
@@ -11,10 +11,12 @@ from typing import Any
 
 import pytest
 
+from routing.calls import HOP_HEADER
 from routing.core.errors import ApiError
 from routing.core.topology import ModelSpec, PeerSpec
-from routing.dispatch import HOP_HEADER
-from tests.routing.conftest import MODEL, Upstreams, proxy_call
+from routing.transport import DemoLatency
+from tests.support.inprocess import proxy_call
+from tests.support.upstreams import MODEL, Upstreams
 
 pytestmark = pytest.mark.anyio
 
@@ -81,7 +83,9 @@ async def test_no_local_replica_forwards_to_the_nearest_peer_paying_the_demo_rtt
     async def record(seconds: float) -> None:
         slept.append(seconds)
 
-    rt.dispatcher.sleep = record
+    demo = rt.dispatcher.transport
+    assert isinstance(demo, DemoLatency)  # demo mode wraps the production transport
+    demo.sleep = record
     call = proxy_call()
     response = await rt.dispatcher.dispatch(call)
     assert response.status_code == 200

@@ -19,17 +19,17 @@ import pytest
 import redis
 from django.conf import settings
 
-from tests.routing.conftest import (
+from tests.support.balancers import (
     MODEL,
     TopologyFactory,
     client,
-    eventually,
     kill_process_group,
     metric_value,
     start_balancer,
     start_replicas,
     state,
 )
+from tests.support.polling import eventually
 from tests.support.processes import ProcessGroup, free_port
 
 # See test_proxy_integration.py for why django_db and not transaction=True.

@@ -2,22 +2,23 @@
 
 A real ``BalancerRuntime`` serving a ``cache_map`` model; messages are handed to
 ``KVEventConsumer.accept`` as the socket reader would, and the replicas'
-``GET /kv_cache/blocks`` is played by an in-memory transport.
+``GET /kv_cache/blocks`` is answered by their loopback servers.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
-import httpx
 import pytest
 
 from routing.core.kv_events import REMOVED, STORED, CacheEvent, EventBatch
 from routing.core.policies.cache_map import CacheMapPolicy
 from routing.core.topology import ModelSpec
 from routing.kv_events import ReplicaStream
-from tests.routing.conftest import MODEL, Upstreams
+from tests.support.loopback import Received, Reply
+from tests.support.upstreams import MODEL, Upstreams
 
 pytestmark = pytest.mark.anyio
 
@@ -30,13 +31,12 @@ class Snapshots(Upstreams):
         self.blocks: dict[str, tuple[list[int], int]] = {}
         self.fetched: list[str] = []
 
-    async def __call__(self, request: httpx.Request) -> httpx.Response:
-        if request.url.path != "/kv_cache/blocks":
-            return await super().__call__(request)
-        host = request.url.host
-        self.fetched.append(host)
-        blocks, sequence = self.blocks.get(host, ([], 0))
-        return httpx.Response(200, json={"blocks": blocks, "sequence": sequence})
+    async def answer(self, request: Received) -> Reply:
+        if request.path != "/kv_cache/blocks":
+            return await super().answer(request)
+        self.fetched.append(request.server)
+        blocks, sequence = self.blocks.get(request.server, ([], 0))
+        return Reply(200, [json.dumps({"blocks": blocks, "sequence": sequence}).encode()])
 
 
 async def runtime(build_runtime: Any, snapshots: Snapshots) -> Any:

@@ -17,13 +17,8 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.routing.conftest import (
-    TopologyFactory,
-    eventually,
-    start_balancer,
-    start_replicas,
-    state,
-)
+from tests.support.balancers import TopologyFactory, start_balancer, start_replicas, state
+from tests.support.polling import eventually
 from tests.support.processes import ProcessGroup, free_port, free_port_run
 from workers.cache_sync import sync_cache_state
 

@@ -13,8 +13,9 @@ from typing import Any
 import pytest
 
 from routing.core.topology import PeerSpec
-from routing.peers import PeerPartition
-from tests.routing.conftest import Upstreams, proxy_call
+from routing.transport import PeerPartition
+from tests.support.inprocess import proxy_call
+from tests.support.upstreams import Upstreams
 
 pytestmark = pytest.mark.anyio
 
@@ -36,7 +37,7 @@ async def test_polls_of_a_partitioned_peer_fail_until_it_heals(build_runtime: An
     rt.partition.set(["near"], time.time() + 60)
     await rt.poller.poll_all()
     assert "partitioned" in rt.poller.last_errors["near"]
-    # The mock peers answer no valid report, but "far" was reached.
+    # The loopback peers answer no valid report (404), but "far" was reached.
     assert "partitioned" not in rt.poller.last_errors["far"]
     rt.partition.set([], 0.0)
     await rt.poller.poll_all()

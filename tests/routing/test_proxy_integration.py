@@ -19,11 +19,10 @@ import httpx
 import openai
 import pytest
 
-from tests.routing.conftest import (
+from tests.support.balancers import (
     MODEL,
     TopologyFactory,
     client,
-    eventually,
     metric_value,
     samples,
     set_fault,
@@ -31,6 +30,7 @@ from tests.routing.conftest import (
     start_replicas,
     state,
 )
+from tests.support.polling import eventually
 from tests.support.processes import ProcessGroup, free_port
 
 # django_db (not transaction=True): the rows are committed once by the module's

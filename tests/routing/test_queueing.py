@@ -18,7 +18,8 @@ from routing.core.leases import Lease
 from routing.core.topology import ModelSpec, PeerSpec
 from routing.runtime import BalancerRuntime
 from routing.telemetry import QUEUE_CANCELLED, QUEUE_PLACED, QUEUE_TIMEOUT
-from tests.routing.conftest import MODEL, Upstreams, peer_report, proxy_call
+from tests.support.inprocess import peer_report, proxy_call
+from tests.support.upstreams import MODEL, Upstreams
 
 pytestmark = pytest.mark.anyio
 

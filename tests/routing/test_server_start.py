@@ -17,7 +17,8 @@ from django.conf import settings
 
 from ops.stack.plan import BALANCER_SERVERS, balancer_argv
 from routing.core.peers import heartbeat_key
-from tests.routing.conftest import MODEL, TopologyFactory, client, eventually, start_replicas
+from tests.support.balancers import MODEL, TopologyFactory, client, start_replicas
+from tests.support.polling import eventually
 from tests.support.processes import ProcessGroup, free_port
 
 # See test_proxy_integration.py for why django_db and not transaction=True.

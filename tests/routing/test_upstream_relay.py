@@ -1,18 +1,19 @@
 """The relay releases its accounting and closes the upstream on every exit path.
 
-These drive ``routing.upstream`` over an in-memory httpx transport whose body
-stream records whether it was closed, which is what a replica observes as a
-client disconnect.
+These drive ``routing.upstream`` through the relay's pool against a loopback
+replica (``tests.support.loopback``) that records what a replica observes: a
+client that went away mid-response, and connections never given back.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import json
+import socket
 from collections.abc import AsyncIterator
 
-import httpx
 import pytest
 
 from routing.core.leases import InflightLedger
@@ -27,41 +28,35 @@ from routing.upstream import (
     join_url,
     open_upstream,
 )
+from routing.upstream_pool import UpstreamPool
+from tests.support.loopback import LoopbackServer, Reply, serving
 
 pytestmark = pytest.mark.anyio
 
 CONTENT = b'data: {"choices": [{"index": 0, "delta": {"content": "x"}}]}\n\n'
 USAGE = b'data: {"choices": [], "usage": {"prompt_tokens": 4, "completion_tokens": 1}}\n\n'
+DONE = b"data: [DONE]\n\n"
 
 
-class UpstreamBody(httpx.AsyncByteStream):
-    """A replica's response body: chunks, optionally a stall or a reset, and a close flag."""
-
-    def __init__(self, chunks: list[bytes], *, stall: bool = False, reset: bool = False):
-        self.chunks = chunks
-        self.stall = stall
-        self.reset = reset
-        self.closed = False
-
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        for chunk in self.chunks:
-            yield chunk
-        if self.reset:
-            raise httpx.RemoteProtocolError(
-                "peer closed connection without sending complete message body"
-            )
-        if self.stall:
-            await asyncio.Event().wait()  # a long generation, until cancelled
-
-    async def aclose(self) -> None:
-        self.closed = True
+@pytest.fixture
+async def pool() -> AsyncIterator[UpstreamPool]:
+    pool = UpstreamPool(connect_timeout_s=2.0, read_timeout_s=5.0)
+    yield pool
+    await pool.aclose()
 
 
-def _client(status: int, body: UpstreamBody) -> httpx.AsyncClient:
-    def handler(request: httpx.Request) -> httpx.Response:
-        return httpx.Response(status, stream=body, headers={"content-type": "text/event-stream"})
+@contextlib.asynccontextmanager
+async def upstream(reply: Reply) -> AsyncIterator[tuple[LoopbackServer, str]]:
+    """A replica answering every request with ``reply``; its URL."""
+    async with serving("r", lambda request: reply) as (server, base):
+        yield server, f"{base}/v1/chat/completions"
 
-    return httpx.AsyncClient(transport=httpx.MockTransport(handler))
+
+async def closed(server: LoopbackServer, pool: UpstreamPool) -> bool:
+    """Nothing held on to the upstream's connection: once the pool closes its idle
+    ones, every connection ends (one the relay leaked would stay open)."""
+    await pool.aclose()
+    return await server.settled()
 
 
 class Accounting:
@@ -77,57 +72,72 @@ class Accounting:
         self.lease.release(ok=outcome == OUTCOME_OK)
 
 
-async def _relay(body: UpstreamBody, acct: Accounting, *, strip: bool = True) -> RelayStream:
-    client = _client(200, body)
-    opened = await open_upstream(client, "http://r/v1/chat/completions", b"{}", {})
-    return RelayStream(opened, sse=SseRelay(strip_usage=strip), on_finish=acct.finished)
+async def _relay(pool: UpstreamPool, url: str, acct: Accounting) -> RelayStream:
+    opened = await open_upstream(pool, url, b"{}", {})
+    return RelayStream(opened, sse=SseRelay(strip_usage=True), on_finish=acct.finished)
 
 
-async def test_complete_stream_is_relayed_with_usage_stripped_and_released_once() -> None:
-    body, acct = UpstreamBody([CONTENT, CONTENT + USAGE, b"data: [DONE]\n\n"]), Accounting()
-    stream = await _relay(body, acct)
-    out = b"".join([chunk async for chunk in stream])
-    assert out == CONTENT + CONTENT + b"data: [DONE]\n\n"
-    assert acct.outcomes == [OUTCOME_OK] and acct.ledger.total == 0 and body.closed
+async def test_complete_stream_is_relayed_with_usage_stripped_and_released_once(
+    pool: UpstreamPool,
+) -> None:
+    acct = Accounting()
+    async with upstream(Reply(chunks=[CONTENT, CONTENT + USAGE, DONE])) as (server, url):
+        stream = await _relay(pool, url, acct)
+        out = b"".join([chunk async for chunk in stream])
+        assert out == CONTENT + CONTENT + DONE
+        assert acct.outcomes == [OUTCOME_OK] and acct.ledger.total == 0
+        assert await closed(server, pool)
 
 
-async def test_client_disconnect_closes_the_upstream_and_releases() -> None:
-    body, acct = UpstreamBody([CONTENT, CONTENT], stall=True), Accounting()
-    iterator = aiter(await _relay(body, acct))
-    assert await anext(iterator) == CONTENT
-    await iterator.aclose()  # what aclosing() in Django's ASGI handler does
-    assert acct.outcomes == [OUTCOME_CLIENT_CLOSED] and acct.ledger.total == 0 and body.closed
+async def test_client_disconnect_closes_the_upstream_and_releases(pool: UpstreamPool) -> None:
+    acct = Accounting()
+    async with upstream(Reply(chunks=[CONTENT], stall=True)) as (server, url):
+        iterator = aiter(await _relay(pool, url, acct))
+        assert await anext(iterator) == CONTENT
+        await iterator.aclose()  # what aclosing() in Django's ASGI handler does
+        assert acct.outcomes == [OUTCOME_CLIENT_CLOSED] and acct.ledger.total == 0
+        await asyncio.wait_for(server.client_left.wait(), 5)
+        assert await closed(server, pool)
 
 
-async def test_task_cancelled_while_waiting_for_upstream_releases() -> None:
-    body, acct = UpstreamBody([CONTENT], stall=True), Accounting()
-    stream = await _relay(body, acct)
+async def test_task_cancelled_while_waiting_for_upstream_releases(pool: UpstreamPool) -> None:
+    acct = Accounting()
+    async with upstream(Reply(chunks=[CONTENT], stall=True)) as (server, url):
+        stream = await _relay(pool, url, acct)
 
-    async def consume() -> None:
-        async for _ in stream:
-            pass
+        async def consume() -> None:
+            async for _ in stream:
+                pass
 
-    task = asyncio.create_task(consume())
-    await asyncio.sleep(0.01)
-    task.cancel()  # Django cancels the response task on http.disconnect
-    with pytest.raises(asyncio.CancelledError):
-        await task
-    assert acct.outcomes == [OUTCOME_CLIENT_CLOSED] and acct.ledger.total == 0 and body.closed
-
-
-async def test_a_body_dropped_without_being_iterated_still_releases() -> None:
-    body, acct = UpstreamBody([CONTENT]), Accounting()
-    stream = await _relay(body, acct)
-    del stream
-    gc.collect()
-    await asyncio.sleep(0)  # the finalizer hands the cleanup to the loop
-    await asyncio.sleep(0)
-    assert acct.outcomes == [OUTCOME_CLIENT_CLOSED] and acct.ledger.total == 0 and body.closed
+        task = asyncio.create_task(consume())
+        await asyncio.sleep(0.01)
+        task.cancel()  # Django cancels the response task on http.disconnect
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert acct.outcomes == [OUTCOME_CLIENT_CLOSED] and acct.ledger.total == 0
+        await asyncio.wait_for(server.client_left.wait(), 5)
+        assert await closed(server, pool)
 
 
-async def test_upstream_reset_mid_stream_ends_with_an_openai_error_event() -> None:
-    body, acct = UpstreamBody([CONTENT], reset=True), Accounting()
-    chunks = [chunk async for chunk in await _relay(body, acct)]
+async def test_a_body_dropped_without_being_iterated_still_releases(pool: UpstreamPool) -> None:
+    acct = Accounting()
+    async with upstream(Reply(chunks=[CONTENT], stall=True)) as (server, url):
+        stream = await _relay(pool, url, acct)
+        del stream
+        gc.collect()
+        await asyncio.sleep(0)  # the finalizer hands the cleanup to the loop
+        await asyncio.sleep(0)
+        assert acct.outcomes == [OUTCOME_CLIENT_CLOSED] and acct.ledger.total == 0
+        await asyncio.wait_for(server.client_left.wait(), 5)
+        assert await closed(server, pool)
+
+
+async def test_upstream_reset_mid_stream_ends_with_an_openai_error_event(
+    pool: UpstreamPool,
+) -> None:
+    acct = Accounting()
+    async with upstream(Reply(chunks=[CONTENT], cut=True)) as (_, url):
+        chunks = [chunk async for chunk in await _relay(pool, url, acct)]
     assert chunks[0] == CONTENT
     event = json.loads(chunks[-1].removeprefix(b"data: "))
     assert event["error"]["type"] == "server_error"
@@ -136,40 +146,41 @@ async def test_upstream_reset_mid_stream_ends_with_an_openai_error_event() -> No
 
 @pytest.mark.parametrize(("status", "capacity"), [(500, False), (503, False), (429, True)])
 async def test_error_statuses_before_the_first_byte_are_retryable_failures(
-    status: int, capacity: bool
+    pool: UpstreamPool, status: int, capacity: bool
 ) -> None:
-    body = UpstreamBody([b'{"error": {"message": "busy"}}'])
-    with pytest.raises(UpstreamFailure) as info:
-        await open_upstream(_client(status, body), "http://r/x", b"{}", {})
-    assert (info.value.status, info.value.capacity, info.value.marks_unhealthy) == (
-        status,
-        capacity,
-        not capacity,
-    )
-    assert body.closed
+    async with upstream(Reply(status, [b'{"error": {"message": "busy"}}'])) as (server, url):
+        with pytest.raises(UpstreamFailure) as info:
+            await open_upstream(pool, url, b"{}", {})
+        assert (info.value.status, info.value.capacity, info.value.marks_unhealthy) == (
+            status,
+            capacity,
+            not capacity,
+        )
+        assert await closed(server, pool)
 
 
-async def test_empty_body_and_reset_before_first_byte_are_failures() -> None:
-    for body in (UpstreamBody([]), UpstreamBody([], reset=True)):
-        with pytest.raises(UpstreamFailure):
-            await open_upstream(_client(200, body), "http://r/x", b"{}", {})
-        assert body.closed
+async def test_empty_body_and_reset_before_first_byte_are_failures(pool: UpstreamPool) -> None:
+    for reply in (Reply(200, []), Reply(200, [CONTENT], reset=True)):
+        async with upstream(reply) as (server, url):
+            with pytest.raises(UpstreamFailure):
+                await open_upstream(pool, url, b"{}", {})
+            assert await closed(server, pool)
 
 
-async def test_connect_error_is_a_failure() -> None:
-    def refuse(request: httpx.Request) -> httpx.Response:
-        raise httpx.ConnectError("connection refused")
+async def test_connect_error_is_a_failure(pool: UpstreamPool) -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))  # bound, never listening: connection refused
+        url = f"http://127.0.0.1:{sock.getsockname()[1]}/x"
+        with pytest.raises(UpstreamFailure, match="connect"):
+            await open_upstream(pool, url, b"{}", {})
 
-    client = httpx.AsyncClient(transport=httpx.MockTransport(refuse))
-    with pytest.raises(UpstreamFailure, match="ConnectError"):
-        await open_upstream(client, "http://r/x", b"{}", {})
 
-
-async def test_client_errors_are_relayed_not_retried() -> None:
-    body = UpstreamBody([b'{"error": {"message": "max_tokens too large"}}'])
-    opened = await open_upstream(_client(400, body), "http://r/x", b"{}", {})
-    assert opened.status == 400
-    assert b"max_tokens" in await opened.read_rest()
+async def test_client_errors_are_relayed_not_retried(pool: UpstreamPool) -> None:
+    reply = Reply(400, [b'{"error": {"message": "max_tokens too large"}}'])
+    async with upstream(reply) as (_, url):
+        opened = await open_upstream(pool, url, b"{}", {})
+        assert opened.status == 400
+        assert b"max_tokens" in await opened.read_rest()
 
 
 def test_join_url_tolerates_a_v1_base() -> None:

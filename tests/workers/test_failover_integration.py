@@ -20,7 +20,7 @@ import redis
 
 from fleet.models import Balancer, Event, MetricRollup, Replica
 from ops.embedded_redis import EmbeddedRedis
-from tests.routing.conftest import MODEL, client
+from tests.support.balancers import MODEL, client
 from tests.support.cluster import BALANCER_HEARTBEAT_TTL_S, Cluster, running_cluster
 from tests.support.polling import eventually
 from tests.support.processes import ProcessGroup

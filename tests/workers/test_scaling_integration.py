@@ -27,7 +27,7 @@ import pytest
 from django.utils import timezone
 
 from fleet.models import ApiKey, Balancer, Event, Region, Replica, ServiceConfig, Zone
-from tests.routing.conftest import start_balancer
+from tests.support.balancers import start_balancer
 from tests.support.processes import ProcessGroup, free_port
 from workers.cost import cost_summary
 from workers.probes import probe_replicas

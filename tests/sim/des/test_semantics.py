@@ -11,6 +11,8 @@ from collections.abc import Callable
 
 import pytest
 
+from routing.core.dispatch import Ticket
+from routing.core.remote import Placement
 from sim.des.balancer import SimBalancer
 from sim.des.calls import SimCall
 from sim.des.config import SimConfig
@@ -101,9 +103,9 @@ def test_a_forwarded_request_is_never_forwarded_again(
     forwards: list[bool] = []
     original = SimBalancer._forward
 
-    def spy(self: SimBalancer, call: SimCall, placement: object) -> None:
-        forwards.append(call.descriptor.forwarded)
-        original(self, call, placement)  # type: ignore[arg-type]
+    def spy(self: SimBalancer, ticket: Ticket[SimCall], placement: Placement) -> None:
+        forwards.append(ticket.request.forwarded)
+        original(self, ticket, placement)
 
     monkeypatch.setattr(SimBalancer, "_forward", spy)
     summary = summarize(simulate(config))
