@@ -12,7 +12,7 @@ import pytest
 from openai import OpenAI
 
 from ops.stack.readiness import port_is_free
-from tests.support.polling import log_shows
+from tests.support.polling import eventually, log_shows
 from tests.support.processes import ProcessGroup, free_port, free_port_run
 
 pytestmark = pytest.mark.integration
@@ -91,7 +91,11 @@ def test_run_command_brings_up_the_demo_streams_and_stops_everything(
         )
         assert page.status_code == 200 and 'data-region="ap-southeast"' in page.text
 
+    # Ctrl-C under make: the demo gets the terminal's SIGINT and make's SIGTERM on its heels;
+    # the second must not cut the shutdown short and orphan children.
     demo.send_signal(signal.SIGINT)
+    eventually(lambda: "Stopping" in processes.log_of("run_demo"), what="the demo stopping")
+    demo.send_signal(signal.SIGTERM)  # while it waits for its children to exit
     assert demo.wait(timeout=40) == 0
     assert "Every process stopped." in processes.log_of("run_demo")
     assert processes_with_env(f"MERIDIAN_VAR_DIR={var_dir}") == []

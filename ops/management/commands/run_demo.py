@@ -42,6 +42,11 @@ class _Stop(Exception):
 
 
 def _raise_stop(signum: int, frame: FrameType | None) -> None:
+    # Only the first signal stops the demo.  Ctrl-C reaches make and this process alike,
+    # and make passes its own on: a second signal raised inside ``stop_all`` would abandon
+    # the children it had not yet waited for, leaving them running.
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     raise _Stop
 
 
