@@ -18,7 +18,7 @@ from console.live.messages import ALL_GROUPS
 FORBIDDEN = 4403
 
 
-class LiveConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
+class LiveConsumer(AsyncJsonWebsocketConsumer):
     groups: list[str] = []  # joined by hand in connect, only after the staff check
 
     async def connect(self) -> None:

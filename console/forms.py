@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, cast
 
 from django import forms
 from django.conf import settings
@@ -12,19 +12,19 @@ from fleet.models import Balancer, Region, RegionLatency, Replica, ServiceConfig
 from routing.core.registry import policy_names
 
 
-class RegionForm(forms.ModelForm):  # type: ignore[type-arg]
+class RegionForm(forms.ModelForm):
     class Meta:
         model = Region
         fields = ["name", "display_name"]
 
 
-class ZoneForm(forms.ModelForm):  # type: ignore[type-arg]
+class ZoneForm(forms.ModelForm):
     class Meta:
         model = Zone
         fields = ["region", "name"]
 
 
-class BalancerForm(forms.ModelForm):  # type: ignore[type-arg]
+class BalancerForm(forms.ModelForm):
     # Loopback and internal URLs are plain http; Django 6 would assume https.
     url = forms.URLField(assume_scheme="http", help_text="e.g. http://127.0.0.1:8101")
 
@@ -48,7 +48,7 @@ class LatencyForm(forms.Form):
         return latency
 
 
-class AddReplicaForm(forms.ModelForm):  # type: ignore[type-arg]
+class AddReplicaForm(forms.ModelForm):
     """A replica by URL: probed (its model's readiness probe) before it is saved, and
     saved as ``starting``, so it takes traffic only once the control plane's probe
     marks it ready (SkyServe's readiness rule)."""
@@ -96,7 +96,9 @@ class PolicyForm(forms.Form):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.fields["policy"].choices = [(name, name) for name in policy_names()]
+        # Declared a ChoiceField above; ``fields`` only knows it as a Field.
+        policy = cast(forms.ChoiceField, self.fields["policy"])
+        policy.choices = [(name, name) for name in policy_names()]
 
     def clean_params(self) -> dict[str, Any]:
         raw = self.cleaned_data.get("params") or "{}"
@@ -109,7 +111,7 @@ class PolicyForm(forms.Form):
         return value
 
 
-class AutoscalingForm(forms.ModelForm):  # type: ignore[type-arg]
+class AutoscalingForm(forms.ModelForm):
     class Meta:
         model = ServiceConfig
         fields = [

@@ -6,4 +6,5 @@ from django.urls import path
 
 from console.consumers import LiveConsumer
 
-websocket_urlpatterns = [path("ws/live", LiveConsumer.as_asgi())]
+# django-stubs types path() for Django views only; channels routes ASGI apps with it.
+websocket_urlpatterns = [path("ws/live", LiveConsumer.as_asgi())]  # type: ignore[arg-type]

@@ -44,7 +44,8 @@ application = ProtocolTypeRouter(
         "lifespan": LifespanApp(),
         # The console's live views: session auth, and only pages of an allowed host.
         "websocket": AllowedHostsOriginValidator(
-            AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
+            # Its stubs want path()s typed as channels' (see console.routing).
+            AuthMiddlewareStack(URLRouter(websocket_urlpatterns))  # type: ignore[arg-type]
         ),
     }
 )

@@ -29,7 +29,8 @@ class RegionSpec:
     price_factor: Decimal
 
 
-BASE_PRICES = {
+# Keyed by str: the specs above name kinds as plain strings, which Kind members equal.
+BASE_PRICES: dict[str, Decimal] = {
     Replica.Kind.RESERVED: Decimal("0.5600"),
     Replica.Kind.ON_DEMAND: Decimal("0.8500"),
     Replica.Kind.SPOT: Decimal("0.3400"),

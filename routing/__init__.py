@@ -15,7 +15,7 @@ inside the ASGI server (uvicorn for balancers by default, or daphne):
   faults: partition, dropped KV events; token);
 * ``api_asgi.py``: the ``/v1/`` ASGI handler (Django without middleware hops);
   ``body_limit.py``: 413 before Django spools a body; ``lifespan.py``: start the
-  runtime with the server;
+  runtime with the server; ``asgi_types.py``: the ASGI callables' types they share;
 * ``dispatch.py``: carries the dispatch core's decisions out (requests to
   replicas and peers, relay, accounting); ``queue_pump.py``: the core's queue on
   the event loop (coalesced drains, the deadline timer, waiting futures);

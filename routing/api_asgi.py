@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from django.core.exceptions import RequestAborted
@@ -28,10 +28,7 @@ from django.core.handlers.exception import convert_exception_to_response
 from django.http import HttpRequest, HttpResponseBase
 from django.urls import set_script_prefix
 
-Scope = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
-Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+from routing.asgi_types import ASGIApp, Receive, Scope, Send
 
 API_PREFIX = "/v1/"
 
@@ -44,6 +41,10 @@ class ApiASGIHandler(ASGIHandler):
     middleware chain, the request signals and ``ThreadSensitiveContext``.  The
     responses are JSON or SSE, so the console's HTML security headers do not apply.
     """
+
+    # BaseHandler's private members reused below; django-stubs declares only the public API.
+    _get_response: Callable[[HttpRequest], HttpResponseBase]
+    _get_response_async: Callable[[HttpRequest], Awaitable[HttpResponseBase]]
 
     def load_middleware(self, is_async: bool = False) -> None:
         # BaseHandler.load_middleware with settings.MIDDLEWARE taken as empty.
@@ -65,11 +66,11 @@ class ApiASGIHandler(ASGIHandler):
             return
         try:
             set_script_prefix(get_script_prefix(scope))
-            request, error_response = self.create_request(scope, body_file)
-            if request is None:
-                await self.send_response(error_response, send)
-                return
-            await self._respond(request, receive, send)
+            match self.create_request(scope, body_file):
+                case (None, error_response):
+                    await self.send_response(error_response, send)
+                case (request, _):
+                    await self._respond(request, receive, send)
         finally:
             body_file.close()
 
@@ -101,11 +102,13 @@ class ApiASGIHandler(ASGIHandler):
 def _release(response: HttpResponseBase) -> None:
     """``HttpResponseBase.close`` without its ``request_finished`` signal, whose
     receivers recycle database connections the API path never opened."""
-    for closer in response._resource_closers:
+    # Private to Django (django-stubs leaves it out): what close() would call.
+    closers: list[Callable[[], object]] = response._resource_closers  # type: ignore[attr-defined]
+    for closer in closers:
         # Django's close() ignores a failing closer too: the response is already sent.
         with contextlib.suppress(Exception):
             closer()
-    response._resource_closers.clear()
+    closers.clear()
     response.closed = True
 
 

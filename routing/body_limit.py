@@ -16,16 +16,9 @@ gives ASGI servers that stream bodies (uvicorn, hypercorn) an early refusal.
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable, MutableMapping
-from typing import Any
 
+from routing.asgi_types import ASGIApp, Message, Receive, Scope, Send
 from routing.core import errors
-
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 LIMITED_PREFIX = "/v1/"
 

@@ -297,7 +297,9 @@ class KVEventConsumer:
         }
 
     async def close(self) -> None:
-        tasks = [t for s in self.streams.values() if (t := s.reader) is not None]
+        tasks: list[asyncio.Task[object]] = [
+            t for s in self.streams.values() if (t := s.reader) is not None
+        ]
         tasks += list(self._resyncs.values())
         for name in list(self.streams):
             self._unsubscribe(name)

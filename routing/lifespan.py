@@ -15,17 +15,14 @@ import asyncio
 import gc
 import logging
 import sys
-from collections.abc import Awaitable, Callable, MutableMapping
-from typing import Any
 
 from django.conf import settings
 
+from routing.asgi_types import Receive, Scope, Send
 from routing.core.errors import ApiError
 from routing.runtime import current_runtime, get_runtime
 
 logger = logging.getLogger(__name__)
-
-Message = MutableMapping[str, Any]
 
 
 # Retry delays while the runtime cannot start (e.g. the database is not migrated yet).
@@ -60,12 +57,7 @@ class LifespanApp:
     def __init__(self) -> None:
         self._start: asyncio.Future[None] | None = None
 
-    async def __call__(
-        self,
-        scope: MutableMapping[str, Any],
-        receive: Callable[[], Awaitable[Message]],
-        send: Callable[[Message], Awaitable[None]],
-    ) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         while True:
             message = await receive()
             if message["type"] == "lifespan.startup":

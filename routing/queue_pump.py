@@ -66,7 +66,8 @@ class QueuePump:
 
     async def wait(self, ticket: Ticket[Waiter]) -> Send[Waiter] | Refuse[Waiter]:
         """The core queued ``ticket``: its placement, or its refusal at the deadline."""
-        future = ticket.handle.future = self.loop.create_future()
+        future: asyncio.Future[Send[Waiter] | Refuse[Waiter]] = self.loop.create_future()
+        ticket.handle.future = future
         self.wake()
         self._arm()
         try:

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 import redis
-from celery import shared_task
+from celery import Task, shared_task
 from django.conf import settings
 
 TRANSIENT_ERRORS: tuple[type[Exception], ...] = (
@@ -37,10 +37,17 @@ RETRY_POLICY: dict[str, Any] = {
 REDIS_TIMEOUT_S = 2.0
 
 
-def control_task(**options: Any) -> Callable[[Callable[..., Any]], Any]:
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def control_task(**options: Any) -> Callable[[Callable[P, R]], Task[P, R]]:
     """``shared_task`` with the retry policy; ``options`` may add to it, not change it
     (repeating one of its keys is a ``TypeError``)."""
-    return shared_task(**RETRY_POLICY, **options)
+    # Options passed as a dict pick none of shared_task's overloads; this is the one
+    # they amount to (no ``bind``, no ``base``).
+    decorator: Callable[[Callable[P, R]], Task[P, R]] = shared_task(**RETRY_POLICY, **options)
+    return decorator
 
 
 @contextmanager

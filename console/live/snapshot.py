@@ -137,7 +137,9 @@ def _balancer_view(row: BalancerRow, inputs: TickInputs) -> dict[str, Any]:
     }
 
 
-def region_view(name: str, display: str, inputs: TickInputs, deltas: dict[str, Any]) -> dict:
+def region_view(
+    name: str, display: str, inputs: TickInputs, deltas: dict[str, Any]
+) -> dict[str, Any]:
     balancers = [b for b in inputs.balancers if b.region == name]
     states = [s for b in balancers if (s := inputs.states.get(b.name)) is not None]
     grown = {

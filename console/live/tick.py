@@ -43,7 +43,9 @@ async def _fetch_one(client: httpx.AsyncClient, url: str) -> dict[str, Any] | No
     return data
 
 
-async def _fetch_states(balancers: list[BalancerRow], timeout: float) -> list[Any]:
+async def _fetch_states(
+    balancers: list[BalancerRow], timeout: float
+) -> list[dict[str, Any] | None]:
     async with httpx.AsyncClient(timeout=timeout, trust_env=False) as client:
         return await asyncio.gather(*(_fetch_one(client, b.url) for b in balancers))
 

@@ -24,8 +24,8 @@ def drills(request: HttpRequest) -> HttpResponse:
 @require_POST
 def run(request: HttpRequest, name: str) -> HttpResponse:
     values = {
-        key.removeprefix("opt_"): value
-        for key, value in request.POST.items()
+        key.removeprefix("opt_"): request.POST.get(key, "")
+        for key in request.POST
         if key.startswith("opt_")
     }
     try:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import ipaddress
 import time
 from collections.abc import Iterable
+from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
@@ -105,7 +106,7 @@ def wait_redis_back(url: str, timeout_s: float) -> str:
     return f"Redis still silent {timeout_s:.0f}s after the pause should have ended"
 
 
-def redis_view(url: str) -> dict[str, object] | None:
+def redis_view(url: str) -> dict[str, Any] | None:
     try:
         response = httpx.get(url.rstrip("/") + "/internal/state", timeout=1.0, trust_env=False)
         response.raise_for_status()

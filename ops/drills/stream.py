@@ -94,7 +94,9 @@ class TrafficStream:
             api_key=cfg.api_key,
             max_retries=cfg.max_retries,
             timeout=cfg.timeout_s,
-            http_client=self._http(),
+            # openai takes an httpx client too (it checks for one at run time); its
+            # annotation names only httpx2's.
+            http_client=self._http(),  # type: ignore[arg-type]
         )
         self._attempts.count = 0
         try:

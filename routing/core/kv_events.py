@@ -30,7 +30,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import msgpack  # type: ignore[import-untyped]  # (no stubs; only unpackb is used)
+import msgpack
 
 from routing.core.cache_map import CacheMap
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from decimal import Decimal
@@ -66,12 +67,14 @@ class CloudProvider(ABC):
     def terminate(self, handle: str, now: float) -> None:
         """Terminate an instance; billing stops now."""
 
+    # Below this method, ``list`` in the class body names it: annotations there say
+    # ``builtins.list``.
     @abstractmethod
     def list(self) -> list[Instance]:
         """Every instance this provider launched and still knows about."""
 
     @abstractmethod
-    def poll(self, now: float) -> list[Notice]:
+    def poll(self, now: float) -> builtins.list[Notice]:
         """Advance to ``now``: finish cold starts, apply preemptions; what changed."""
 
     def close(self) -> None:

@@ -15,6 +15,7 @@ instances live in memory and the ``Replica`` rows are the durable record.
 
 from __future__ import annotations
 
+import builtins
 import itertools
 import os
 import signal
@@ -128,7 +129,7 @@ class EmulatedCloudProvider(CloudProvider):
     def list(self) -> list[Instance]:
         return [s.instance for s in self.slots.values()]
 
-    def poll(self, now: float) -> list[Notice]:
+    def poll(self, now: float) -> builtins.list[Notice]:
         notices = self._preempt(now)
         for slot in self._live():
             if slot.process is None and slot.start_at <= now:
@@ -137,7 +138,7 @@ class EmulatedCloudProvider(CloudProvider):
                 notices.append(Notice(slot.instance.handle, "running", slot.instance.zone, now))
         return notices
 
-    def _preempt(self, now: float) -> list[Notice]:
+    def _preempt(self, now: float) -> builtins.list[Notice]:
         notices = []
         for zone in sorted({s.instance.zone for s in self._live() if s.instance.kind == SPOT}):
             capacity = self.market.capacity(zone, now)

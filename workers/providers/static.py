@@ -4,6 +4,8 @@ terminates them, so a scaling policy over a static provider can only report."""
 
 from __future__ import annotations
 
+import builtins
+
 from workers.providers.base import CloudProvider, Instance, LaunchSpec, Notice, ProviderRefused
 from workers.scaling.fleet import ZoneOffer
 
@@ -27,5 +29,5 @@ class StaticProvider(CloudProvider):
     def list(self) -> list[Instance]:
         return []
 
-    def poll(self, now: float) -> list[Notice]:
+    def poll(self, now: float) -> builtins.list[Notice]:
         return []

@@ -13,6 +13,7 @@ import signal
 import time
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 from django.conf import settings
 from django.core.management import call_command
@@ -61,7 +62,7 @@ class Command(BaseCommand):
             help=f"routing policy of the demo service (kept from the last run, else {DEMO_POLICY})",
         )
 
-    def handle(self, *args: object, **options: object) -> None:
+    def handle(self, *args: Any, **options: Any) -> None:
         opts = self.stack_options(traffic=not options["no_traffic"])
         topology = plan_demo(opts.host, opts.balancer_base_port, opts.replica_base_port)
         self.check_ports(opts, topology)
