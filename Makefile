@@ -29,6 +29,7 @@ test: $(TEST_STAMP) /usr/bin/chromium
 
 lint: $(TEST_STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
 install: $(RUN_STAMP)

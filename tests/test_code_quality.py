@@ -21,6 +21,11 @@ def test_ruff_finds_nothing() -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+def test_code_is_ruff_formatted() -> None:
+    result = run_tool("ruff", "format", "--check", ".")
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
 # A cold cache (a fresh checkout) reads Django's stubs too: give it run_tool's limit.
 @pytest.mark.timeout(300)
 def test_mypy_finds_nothing() -> None:
