@@ -13,12 +13,16 @@ from sim.engine.openai_protocol import APIError, GenerationRequest, Kind, parse_
 TOKENIZER = WordTokenizer()
 
 
+VOCAB = Vocabulary(TOKENIZER)
+
+
 def parse(kind: Kind, **body: object) -> GenerationRequest:
     return parse_generation(
         kind,
         json.dumps({"model": "m", **body}).encode(),
         model="m",
         tokenizer=TOKENIZER,
+        vocab=VOCAB,
         max_model_len=100,
         loras={"sql": 1},
     )
