@@ -127,10 +127,10 @@ class _Writer:
     def _string(self, schema: Mapping[str, Any]) -> str:
         text = _FORMATS.get(str(schema.get("format")), "")
         if not text:
-            text = " ".join(itertools.islice(self.words, 2)).strip()
+            text = "".join(itertools.islice(self.words, 2)).strip()  # words lead with a space
         least, most = int(schema.get("minLength", 0)), schema.get("maxLength")
         while len(text) < least:
-            text += " " + next(self.words).strip()
+            text += next(self.words)
         return text if most is None else text[: int(most)]
 
     def _resolve(self, ref: Any) -> Any:

@@ -108,7 +108,7 @@ def plan_format(body: Mapping[str, Any], words: Iterator[str]) -> OutputPlan:
     if kind == "text":
         return OutputPlan()
     if kind == "json_object":
-        return OutputPlan(json.dumps({"text": " ".join(next(words).strip() for _ in range(6))}))
+        return OutputPlan(json.dumps({"text": "".join(next(words) for _ in range(6)).strip()}))
     if kind == "json_schema":
         wrapper = spec.get("json_schema")
         if wrapper is None:
