@@ -242,4 +242,4 @@ def _usage_of(payload: bytes) -> Usage | None:
         body = json.loads(payload)
     except ValueError:
         return None
-    return Usage.from_openai(body.get("usage")) if isinstance(body, dict) else None
+    return Usage.from_body(body)

@@ -10,28 +10,41 @@ leaves aborts every input still in the engine.
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from routing.core.tokenizer import Tokenizer
 from sim.asgi_io import Receive, Send, send_json, until_disconnect
-from sim.engine import EngineRequest, pooling
+from sim.engine import EngineRequest, RequestOutput, pooling
 from sim.engine.openai_protocol import APIError
 
-if TYPE_CHECKING:
-    from sim.replica import EngineDriver
+
+class Driver(Protocol):
+    """What the handler needs of ``sim.replica.EngineDriver``."""
+
+    def submit(self, request: EngineRequest) -> asyncio.Queue[RequestOutput]: ...
+
+    def abort(self, request_id: str) -> None: ...
 
 
 class EmbeddingsEndpoint:
     """The handler: ``await endpoint(body, receive, send)``."""
 
     def __init__(
-        self, driver: EngineDriver, model: str, tokenizer: Tokenizer, embedding_size: int
+        self,
+        driver: Driver,
+        *,
+        model: str,
+        tokenizer: Tokenizer,
+        max_model_len: int,
+        embedding_size: int,
     ) -> None:
         self.driver = driver
         self.model = model
         self.tokenizer = tokenizer
+        self.max_model_len = max_model_len
         self.embedding_size = embedding_size
 
     async def __call__(self, body: bytes, receive: Receive, send: Send) -> None:
@@ -40,7 +53,7 @@ class EmbeddingsEndpoint:
                 body,
                 model=self.model,
                 tokenizer=self.tokenizer,
-                max_model_len=self.driver.engine.max_model_len,
+                max_model_len=self.max_model_len,
             )
         except APIError as exc:
             await send_json(send, exc.status, exc.body)

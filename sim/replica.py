@@ -180,7 +180,10 @@ class Replica:
             self._routes[("POST", "/v1/chat/completions")] = self._chat
             self._routes[("POST", "/v1/completions")] = self._completion
         else:
-            endpoint = EmbeddingsEndpoint(self.driver, model, tokenizer, embedding_size)
+            endpoint = EmbeddingsEndpoint(
+                self.driver, model=model, tokenizer=tokenizer,
+                max_model_len=engine.max_model_len, embedding_size=embedding_size,
+            )  # fmt: skip
             self._routes[("POST", "/v1/embeddings")] = endpoint
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
