@@ -1,7 +1,5 @@
-"""ASGI plumbing of the emulated replica's handlers: bodies, disconnects, responses.
-
-Plain ASGI (no framework), as uvicorn runs it; shared by ``sim.replica`` and
-``sim.embeddings``.
+"""Plumbing shared by the emulated replica's handlers: ASGI bodies, disconnects and
+responses (plain ASGI, as uvicorn runs it), and the engine driver they submit to.
 """
 
 from __future__ import annotations
@@ -9,11 +7,21 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any
+from typing import Any, Protocol
+
+from sim.engine import EngineRequest, RequestOutput
 
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
+
+
+class Driver(Protocol):
+    """What a handler needs of ``sim.replica.EngineDriver``."""
+
+    def submit(self, request: EngineRequest) -> asyncio.Queue[RequestOutput]: ...
+
+    def abort(self, request_id: str) -> None: ...
 
 
 async def read_body(receive: Receive) -> bytes | None:
@@ -68,3 +76,11 @@ async def send_json(send: Send, status: int, payload: dict[str, Any]) -> None:
 async def send_sse(send: Send, payload: dict[str, Any]) -> None:
     data = b"data: " + json.dumps(payload, separators=(",", ":")).encode() + b"\n\n"
     await send({"type": "http.response.body", "body": data, "more_body": True})
+
+
+async def drain(queue: asyncio.Queue[RequestOutput]) -> list[RequestOutput]:
+    """Wait for one output, then take every other one already queued (coalesced chunks)."""
+    outputs = [await queue.get()]
+    while not queue.empty():
+        outputs.append(queue.get_nowait())
+    return outputs

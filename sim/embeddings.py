@@ -10,23 +10,13 @@ leaves aborts every input still in the engine.
 
 from __future__ import annotations
 
-import asyncio
 import time
 import uuid
-from typing import Protocol
 
 from routing.core.tokenizer import Tokenizer
-from sim.asgi_io import Receive, Send, send_json, until_disconnect
-from sim.engine import EngineRequest, RequestOutput, pooling
+from sim.asgi_io import Driver, Receive, Send, send_json, until_disconnect
+from sim.engine import EngineRequest, pooling
 from sim.engine.openai_protocol import APIError
-
-
-class Driver(Protocol):
-    """What the handler needs of ``sim.replica.EngineDriver``."""
-
-    def submit(self, request: EngineRequest) -> asyncio.Queue[RequestOutput]: ...
-
-    def abort(self, request_id: str) -> None: ...
 
 
 class EmbeddingsEndpoint:

@@ -33,6 +33,7 @@ from sim.asgi_io import (
     Receive,
     Scope,
     Send,
+    drain,
     read_body,
     send_bytes,
     send_json,
@@ -46,6 +47,7 @@ from sim.engine import openai_protocol as api
 from sim.engine.openai_answers import Answer, models_list, usage
 from sim.engine.prometheus import render_metrics
 from sim.kv_events import KVEventPublisher, cache_snapshot
+from sim.responses import ResponsesEndpoint
 
 Handler = Callable[[bytes, Receive, Send], Awaitable[None]]
 
@@ -179,6 +181,10 @@ class Replica:
         if runner == "generate":
             self._routes[("POST", "/v1/chat/completions")] = self._chat
             self._routes[("POST", "/v1/completions")] = self._completion
+            self._routes[("POST", "/v1/responses")] = ResponsesEndpoint(
+                self.driver, model=model, tokenizer=tokenizer, vocab=engine.vocab,
+                max_model_len=engine.max_model_len,
+            )  # fmt: skip
         else:
             endpoint = EmbeddingsEndpoint(
                 self.driver, model=model, tokenizer=tokenizer,
@@ -342,7 +348,7 @@ class Replica:
         await send(start(200, "text/event-stream; charset=utf-8"))
         last = None
         while last is None or last.finish_reason is None:
-            outputs = await _drain(queue)
+            outputs = await drain(queue)
             if last is None and request.kind == "chat":
                 # vLLM sends the role chunk on the first engine output, i.e. after
                 # prefill: the first body byte marks the first token, as TTFT needs.
@@ -375,14 +381,6 @@ class Replica:
 
 
 # -- helpers ---------------------------------------------------------------------
-async def _drain(queue: asyncio.Queue[RequestOutput]) -> list[RequestOutput]:
-    """Wait for one output, then take every other one already queued (coalesced chunks)."""
-    outputs = [await queue.get()]
-    while not queue.empty():
-        outputs.append(queue.get_nowait())
-    return outputs
-
-
 def _parse_fault(body: bytes) -> tuple[str, float]:
     try:
         payload = json.loads(body or b"{}")

@@ -74,6 +74,10 @@ class Answer:
         envelope["object"] = "chat.completion" if self.request.kind == "chat" else "text_completion"
         return {**envelope, "choices": [choice], "usage": dict(usage)}
 
+    def text(self, token_ids: Sequence[int]) -> str:
+        """The text of the next ``token_ids``, for answers shaped elsewhere (Responses)."""
+        return self._advance(token_ids)[0]
+
     # -- pieces ------------------------------------------------------------------
     def _advance(self, token_ids: Sequence[int]) -> tuple[str, list[TokenLogprobs]]:
         """The text of the next ``token_ids`` and, when asked, their logprobs."""

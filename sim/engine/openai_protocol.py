@@ -38,7 +38,7 @@ from sim.engine.structured import (
 )
 from sim.engine.vocab import Vocabulary
 
-Kind = Literal["chat", "completion"]
+Kind = Literal["chat", "completion", "responses"]
 _MAX_TOKEN_ID = 1 << 32  # block hashing packs ids as unsigned 32-bit integers
 
 
@@ -142,7 +142,7 @@ def parse_generation(
     lora_name = requested_model if requested_model in loras else ""
     seed = _optional(body, "seed", int, None)
     key = f"{seed}:{zlib.crc32(array('I', tokens).tobytes())}:{len(tokens)}"
-    plan = _plan(kind, body, server.tools, _words(vocab, key))
+    plan = _plan(kind, body, server.tools, vocabulary_words(vocab, key))
     return GenerationRequest(
         kind=kind,
         model=requested_model,
@@ -168,7 +168,7 @@ def _plan(kind: Kind, body: dict[str, Any], tools: ToolSupport, words: Iterator[
         raise APIError(str(exc), param=exc.param) from None
 
 
-def _words(vocab: Vocabulary, key: str) -> Iterator[str]:
+def vocabulary_words(vocab: Vocabulary, key: str) -> Iterator[str]:
     """Vocabulary words for the strings of a structured answer, fixed by the request."""
     rng = random.Random(key)
     while True:

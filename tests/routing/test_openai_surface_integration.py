@@ -278,3 +278,31 @@ def test_fields_the_balancer_does_not_know_reach_the_replica_unchanged(surface: 
     # The one change: a stream always asks for usage, for the balancer's accounting.
     assert upstream["stream_options"] == {"include_usage": True}
     assert {name: upstream[name] for name in extra} == extra
+
+
+def test_the_responses_api_is_proxied_streamed_or_not_and_its_usage_counted(
+    surface: Surface,
+) -> None:
+    api = surface.openai()
+    before = metric_value(surface.url, "meridian_prompt_tokens_total")
+    raw = api.responses.with_raw_response.create(
+        model=MODEL, instructions="Be brief.", input="Describe Lisbon.", max_output_tokens=5
+    )
+    response = raw.parse()
+    assert raw.headers["x-meridian-replica"] in ("os-a", "os-b")
+    assert response.status == "incomplete" and response.output_text
+    assert response.usage is not None and response.usage.output_tokens == 5
+    events = list(
+        api.responses.create(model=MODEL, input="Describe Porto.", max_output_tokens=4, stream=True)
+    )
+    kinds = [event.type for event in events]
+    assert kinds[:2] == ["response.created", "response.in_progress"]
+    assert kinds[-1] == "response.completed"
+    deltas = "".join(e.delta for e in events if e.type == "response.output_text.delta")
+    completed = events[-1].response  # type: ignore[union-attr]
+    assert deltas == completed.output_text
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+    assert completed.usage is not None
+    # The balancer read the Responses usage names, whole and streamed.
+    after = metric_value(surface.url, "meridian_prompt_tokens_total")
+    assert after - before == response.usage.input_tokens + completed.usage.input_tokens
