@@ -176,11 +176,19 @@ class Dispatcher:
         payload: bytes,
     ) -> HttpResponse:
         usage = None
+        content_type = opened.content_type
         if target.peer is None and 200 <= opened.status < 300:
             usage = _usage_of(payload)
+        elif target.peer is None and opened.status >= 400:
+            request = call.request
+            shaped = errors.upstream_error_body(
+                opened.status, payload, path=request.endpoint.path, model=request.model
+            )
+            if shaped is not None:  # vLLM's own errors are OpenAI-shaped already
+                payload, content_type = shaped, "application/json"
         ok = opened.status < 400
         self._settle(call, ticket, target, route, opened.status, usage, ok=ok)
-        response = HttpResponse(payload, status=opened.status, content_type=opened.content_type)
+        response = HttpResponse(payload, status=opened.status, content_type=content_type)
         self._stamp(response, call, target, opened)
         return response
 
@@ -234,4 +242,4 @@ def _usage_of(payload: bytes) -> Usage | None:
         body = json.loads(payload)
     except ValueError:
         return None
-    return Usage.from_openai(body.get("usage")) if isinstance(body, dict) else None
+    return Usage.from_body(body)

@@ -54,6 +54,11 @@ class BalancerMetrics:
             "Finished requests by model, HTTP status and route.",
             ["model", "status", "route"],
         )
+        self.unknown_paths = r.counter(
+            "meridian_unknown_path_requests_total",
+            "Requests to a /v1 path no route serves (answered 404), by method.",
+            ["method"],
+        )
         self.ttft = r.histogram(
             "meridian_ttft_seconds",
             "Time from request arrival to the first upstream byte.",

@@ -24,21 +24,36 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any
+from collections import deque
+from collections.abc import Awaitable, Callable
+from typing import Any, Literal
 
 from routing.core.tokenizer import Tokenizer
-from sim.engine import Engine, EngineRequest, RequestOutput
+from sim.asgi_io import (
+    Receive,
+    Scope,
+    Send,
+    drain,
+    read_body,
+    send_bytes,
+    send_json,
+    send_sse,
+    start,
+    until_disconnect,
+)
+from sim.embeddings import EmbeddingsEndpoint
+from sim.engine import Engine, EngineRequest, RequestOutput, pooling
 from sim.engine import openai_protocol as api
+from sim.engine.openai_answers import Answer, models_list, usage
 from sim.engine.prometheus import render_metrics
 from sim.kv_events import KVEventPublisher, cache_snapshot
+from sim.responses import ResponsesEndpoint
 
-Scope = dict[str, Any]
-Receive = Callable[[], Awaitable[dict[str, Any]]]
-Send = Callable[[dict[str, Any]], Awaitable[None]]
 Handler = Callable[[bytes, Receive, Send], Awaitable[None]]
 
 FAULT_MODES = ("none", "die", "hang", "slow", "reject")
+Runner = Literal["generate", "pooling"]
+DEBUG_LOG_SIZE = 64
 logger = logging.getLogger(__name__)
 
 
@@ -132,11 +147,16 @@ class Replica:
         time_scale: float,
         publisher: KVEventPublisher | None = None,
         loras: dict[str, int] | None = None,
+        runner: Runner = "generate",
+        server: api.ServerOptions | None = None,
+        embedding_size: int = pooling.DEFAULT_EMBEDDING_SIZE,
     ) -> None:
         self.name = name
         self.engine = engine
         self.model = model
         self.loras = loras or {}
+        self.server = server or api.ServerOptions()
+        self.received: deque[dict[str, Any]] = deque(maxlen=DEBUG_LOG_SIZE)
         self.tokenizer = tokenizer
         self.driver = EngineDriver(engine, time_scale=time_scale, publisher=publisher)
         self.fault = "none"
@@ -149,81 +169,110 @@ class Replica:
             ("GET", "/health"): self._health,
             ("GET", "/v1/models"): self._models,
             ("GET", "/metrics"): self._metrics,
-            ("POST", "/v1/chat/completions"): self._chat,
-            ("POST", "/v1/completions"): self._completion,
             ("GET", "/fault"): self._get_fault,
             ("POST", "/fault"): self._post_fault,
             ("POST", "/reset_prefix_cache"): self._reset_prefix_cache,
             ("GET", "/kv_events"): self._kv_events,
             ("GET", "/kv_cache/blocks"): self._kv_cache_blocks,
+            ("GET", "/debug/requests"): self._debug_requests,
         }
+        # vLLM registers the generation routes for a generative model and the
+        # embeddings route for a pooling one; the other kind's routes are 404s.
+        if runner == "generate":
+            self._routes[("POST", "/v1/chat/completions")] = self._chat
+            self._routes[("POST", "/v1/completions")] = self._completion
+            self._routes[("POST", "/v1/responses")] = ResponsesEndpoint(
+                self.driver, model=model, tokenizer=tokenizer, vocab=engine.vocab,
+                max_model_len=engine.max_model_len,
+            )  # fmt: skip
+        else:
+            endpoint = EmbeddingsEndpoint(
+                self.driver, model=model, tokenizer=tokenizer,
+                max_model_len=engine.max_model_len, embedding_size=embedding_size,
+            )  # fmt: skip
+            self._routes[("POST", "/v1/embeddings")] = endpoint
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or self.fault == "die":
             return
-        body = await _read_body(receive)
+        body = await read_body(receive)
         if body is None:
             return
         path, method = scope["path"], scope["method"]
+        if method == "POST":
+            self._remember(scope, body)
         if path != "/fault":  # the drill must always be able to clear a fault
-            if self.fault == "hang" and not await _until_disconnect(receive, self._unhung.wait()):
+            if self.fault == "hang" and not await until_disconnect(receive, self._unhung.wait()):
                 return
             if self.fault == "reject":
                 error = api.APIError(f"replica {self.name} is rejecting requests", status=503)
-                await _send_json(send, 503, error.body | {"replica": self.name})
+                await send_json(send, 503, error.body | {"replica": self.name})
                 return
         handler = self._routes.get((method, path))
         if handler is not None:
             await handler(body, receive, send)
         elif any(route_path == path for _, route_path in self._routes):
-            await _send_json(send, 405, {"detail": "Method Not Allowed"})
+            await send_json(send, 405, {"detail": "Method Not Allowed"})
         else:
-            await _send_json(send, 404, {"detail": "Not Found"})
+            await send_json(send, 404, {"detail": "Not Found"})
 
     # -- plain endpoints ----------------------------------------------------
     async def _health(self, body: bytes, receive: Receive, send: Send) -> None:
-        await _send(send, 200, b"", "text/plain")
+        await send_bytes(send, 200, b"", "text/plain")
 
     async def _models(self, body: bytes, receive: Receive, send: Send) -> None:
-        cards = api.models_list(self.model, self._created, self.engine.max_model_len, self.loras)
-        await _send_json(send, 200, cards)
+        cards = models_list(self.model, self._created, self.engine.max_model_len, self.loras)
+        await send_json(send, 200, cards)
+
+    def _remember(self, scope: Scope, body: bytes) -> None:
+        headers = dict(scope.get("headers") or [])
+        self.received.append(
+            {
+                "path": scope["path"],
+                "request_id": headers.get(b"x-request-id", b"").decode(errors="replace"),
+                "body": body.decode(errors="replace"),
+            }
+        )
+
+    async def _debug_requests(self, body: bytes, receive: Receive, send: Send) -> None:
+        await send_json(send, 200, {"replica": self.name, "requests": list(self.received)})
 
     async def _metrics(self, body: bytes, receive: Receive, send: Send) -> None:
         text = render_metrics(self.engine, self.model)
-        await _send(send, 200, text.encode(), "text/plain; version=0.0.4; charset=utf-8")
+        await send_bytes(send, 200, text.encode(), "text/plain; version=0.0.4; charset=utf-8")
 
     async def _reset_prefix_cache(self, body: bytes, receive: Receive, send: Send) -> None:
         if not self.engine.reset_prefix_cache():
-            await _send_json(send, 409, api.APIError("blocks are in use", status=409).body)
+            await send_json(send, 409, api.APIError("blocks are in use", status=409).body)
             return
         if self.driver.publisher is not None:
             self.driver.publisher.publish(self.engine.events.drain())
-        await _send(send, 200, b"", "text/plain")
+        await send_bytes(send, 200, b"", "text/plain")
 
     async def _kv_events(self, body: bytes, receive: Receive, send: Send) -> None:
         publisher = self.driver.publisher
         if publisher is None:
-            await _send_json(send, 404, {"detail": "this replica publishes no KV events"})
+            await send_json(send, 404, {"detail": "this replica publishes no KV events"})
             return
-        await _send_json(send, 200, publisher.describe())
+        await send_json(send, 200, publisher.describe())
 
     async def _kv_cache_blocks(self, body: bytes, receive: Receive, send: Send) -> None:
         engine = self.engine
         snapshot = cache_snapshot(engine.pool.cached, engine.events, self.driver.publisher)
-        await _send_json(send, 200, {"replica": self.name, **snapshot})
+        await send_json(send, 200, {"replica": self.name, **snapshot})
 
     # -- faults ----------------------------------------------------------------
     async def _get_fault(self, body: bytes, receive: Receive, send: Send) -> None:
-        await _send_json(send, 200, self._fault_state())
+        await send_json(send, 200, self._fault_state())
 
     async def _post_fault(self, body: bytes, receive: Receive, send: Send) -> None:
         try:
             mode, factor = _parse_fault(body)
         except api.APIError as exc:
-            await _send_json(send, exc.status, exc.body)
+            await send_json(send, exc.status, exc.body)
             return
         self.set_fault(mode, factor)
-        await _send_json(send, 200, self._fault_state())
+        await send_json(send, 200, self._fault_state())
 
     def _fault_state(self) -> dict[str, Any]:
         return {"replica": self.name, "mode": self.fault, "factor": self.slow_factor}
@@ -260,11 +309,11 @@ class Replica:
         try:
             request, request_id, queue = self._submit(kind, body)
         except api.APIError as exc:
-            await _send_json(send, exc.status, exc.body)
+            await send_json(send, exc.status, exc.body)
             return
         respond = self._stream if request.stream else self._complete
         try:
-            await _until_disconnect(receive, respond(request, request_id, queue, send))
+            await until_disconnect(receive, respond(request, request_id, queue, send))
         finally:
             self.driver.abort(request_id)  # frees the blocks unless it already finished
 
@@ -273,14 +322,15 @@ class Replica:
     ) -> tuple[api.GenerationRequest, str, asyncio.Queue[RequestOutput]]:
         """Parse and queue a generation; APIError for anything the client got wrong."""
         request = api.parse_generation(
-            kind, body, model=self.model, tokenizer=self.tokenizer,
-            max_model_len=self.engine.max_model_len, loras=self.loras,
+            kind, body, model=self.model, tokenizer=self.tokenizer, vocab=self.engine.vocab,
+            max_model_len=self.engine.max_model_len, loras=self.loras, server=self.server,
         )  # fmt: skip
         request_id = f"{'chatcmpl' if kind == 'chat' else 'cmpl'}-{uuid.uuid4().hex}"
+        forced = list(request.forced.token_ids) if request.forced else None
         engine_request = EngineRequest(
             request_id, request.prompt_token_ids, request.max_tokens,
             ignore_eos=request.ignore_eos, seed=request.seed,
-            lora_name=request.lora_name, lora_id=request.lora_id,
+            lora_name=request.lora_name, lora_id=request.lora_id, output_token_ids=forced,
         )  # fmt: skip
         try:
             return request, request_id, self.driver.submit(engine_request)
@@ -294,24 +344,22 @@ class Replica:
         queue: asyncio.Queue[RequestOutput],
         send: Send,
     ) -> None:
-        kind, created = request.kind, int(time.time())
-        await send(_start(200, "text/event-stream; charset=utf-8"))
+        answer = Answer(request, request_id, int(time.time()), self.engine.vocab)
+        await send(start(200, "text/event-stream; charset=utf-8"))
         last = None
         while last is None or last.finish_reason is None:
-            outputs = await _drain(queue)
-            if last is None and kind == "chat":
+            outputs = await drain(queue)
+            if last is None and request.kind == "chat":
                 # vLLM sends the role chunk on the first engine output, i.e. after
                 # prefill: the first body byte marks the first token, as TTFT needs.
-                opening = api.stream_chunk(kind, request_id, created, request.model, None, None)
-                await _sse(send, opening)
+                await send_sse(send, answer.opening())
             last = outputs[-1]
-            text = self.engine.vocab.text([t for out in outputs for t in out.new_token_ids])
             finish = last.finish_reason.value if last.finish_reason else None
-            chunk = api.stream_chunk(kind, request_id, created, request.model, text, finish)
-            await _sse(send, chunk)
+            tokens = [token for output in outputs for token in output.new_token_ids]
+            await send_sse(send, answer.chunk(tokens, finish))
         if request.include_usage:
-            usage = api.usage(last.prompt_tokens, last.completion_tokens, last.cached_tokens)
-            await _sse(send, api.usage_chunk(kind, request_id, created, request.model, usage))
+            counted = usage(last.prompt_tokens, last.completion_tokens, last.cached_tokens)
+            await send_sse(send, answer.usage_chunk(counted))
         await send({"type": "http.response.body", "body": b"data: [DONE]\n\n", "more_body": False})
 
     async def _complete(
@@ -327,57 +375,12 @@ class Replica:
             tokens += output.new_token_ids
             if output.finish_reason is not None:
                 break
-        usage = api.usage(output.prompt_tokens, output.completion_tokens, output.cached_tokens)
-        text = self.engine.vocab.text(tokens)
-        response = api.full_response(
-            request.kind, request_id, int(time.time()), request.model, text,
-            output.finish_reason.value, usage,
-        )  # fmt: skip
-        await _send_json(send, 200, response)
+        counted = usage(output.prompt_tokens, output.completion_tokens, output.cached_tokens)
+        answer = Answer(request, request_id, int(time.time()), self.engine.vocab)
+        await send_json(send, 200, answer.full(tokens, output.finish_reason.value, counted))
 
 
-# -- ASGI helpers ------------------------------------------------------------------
-async def _read_body(receive: Receive) -> bytes | None:
-    """The whole request body, or None if the client left before sending it."""
-    chunks: list[bytes] = []
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            return None
-        chunks.append(message.get("body", b""))
-        if not message.get("more_body", False):
-            return b"".join(chunks)
-
-
-async def _until_disconnect(receive: Receive, work: Coroutine[Any, Any, Any]) -> bool:
-    """Run ``work`` until it ends or the client disconnects; True if it ended first."""
-    task = asyncio.ensure_future(work)
-    watcher = asyncio.ensure_future(_wait_disconnect(receive))
-    try:
-        await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        task.cancel()
-        watcher.cancel()
-        await asyncio.gather(task, watcher, return_exceptions=True)
-    if task.cancelled():
-        return False
-    task.result()  # re-raise a failure of the work itself
-    return True
-
-
-async def _wait_disconnect(receive: Receive) -> None:
-    while (await receive())["type"] != "http.disconnect":
-        pass
-
-
-async def _drain(queue: asyncio.Queue[RequestOutput]) -> list[RequestOutput]:
-    """Wait for one output, then take every other one already queued (coalesced chunks)."""
-    outputs = [await queue.get()]
-    while not queue.empty():
-        outputs.append(queue.get_nowait())
-    return outputs
-
-
+# -- helpers ---------------------------------------------------------------------
 def _parse_fault(body: bytes) -> tuple[str, float]:
     try:
         payload = json.loads(body or b"{}")
@@ -390,24 +393,3 @@ def _parse_fault(body: bytes) -> tuple[str, float]:
     if isinstance(factor, bool) or not isinstance(factor, int | float) or factor <= 0:
         raise api.APIError("`factor` must be a positive number.", param="factor")
     return mode, float(factor)
-
-
-def _start(status: int, content_type: str, length: int | None = None) -> dict[str, Any]:
-    headers = [(b"content-type", content_type.encode())]
-    if length is not None:
-        headers.append((b"content-length", str(length).encode()))
-    return {"type": "http.response.start", "status": status, "headers": headers}
-
-
-async def _send(send: Send, status: int, body: bytes, content_type: str) -> None:
-    await send(_start(status, content_type, len(body)))
-    await send({"type": "http.response.body", "body": body, "more_body": False})
-
-
-async def _send_json(send: Send, status: int, payload: dict[str, Any]) -> None:
-    await _send(send, status, json.dumps(payload).encode(), "application/json")
-
-
-async def _sse(send: Send, payload: dict[str, Any]) -> None:
-    data = b"data: " + json.dumps(payload, separators=(",", ":")).encode() + b"\n\n"
-    await send({"type": "http.response.body", "body": data, "more_body": True})

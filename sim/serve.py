@@ -4,7 +4,9 @@
         --model meridian-demo --profile l4-llama3.1-8b --time-scale 0.05 \\
         --num-blocks 2048 --max-num-seqs 64 --max-num-batched-tokens 2048 \\
         --host 127.0.0.1 --hash-seed meridian [--kv-events-port-base 5557] \\
-        [--tokenizer-json PATH] [--fault us-b=slow] [--lora NAME ...] [--max-loras 4]
+        [--tokenizer-json PATH] [--fault us-b=slow] [--lora NAME ...] [--max-loras 4] \\
+        [--runner generate|pooling] [--embedding-size 384] [--max-logprobs 20] \\
+        [--tool-call-parser NAME] [--enable-auto-tool-choice]
 
 Each replica is its own ``Engine`` behind its own uvicorn server; they share
 one event loop (the demo runs nine of them on two cores, and an idle engine
@@ -19,6 +21,12 @@ The ``die`` fault makes a replica vanish as if its process had died: when it is
 alone in the process the process exits at once (``os._exit``), otherwise its
 listening socket is closed and its open connections are reset, leaving its
 neighbours serving.
+
+The last flags are vLLM's own: ``--runner pooling`` serves an embedding model
+(``/v1/embeddings``, and no generation routes); ``--tool-call-parser`` (any
+name: the emulated model writes its tool calls directly) lets requests force a
+tool call, and ``--enable-auto-tool-choice`` lets it choose one under
+``tool_choice: "auto"``; without them tool requests get vLLM's 400s.
 """
 
 from __future__ import annotations
@@ -35,8 +43,11 @@ from typing import Any
 import uvicorn
 
 from routing.core.tokenizer import build_tokenizer
-from sim.engine import Engine, EngineConfig, Vocabulary
+from sim.engine import Engine, EngineConfig, Vocabulary, pooling
+from sim.engine.logprobs import DEFAULT_MAX_LOGPROBS
+from sim.engine.openai_protocol import ServerOptions
 from sim.engine.profiles import PROFILES
+from sim.engine.structured import ToolSupport
 from sim.kv_events import KVEventPublisher
 from sim.replica import FAULT_MODES, Replica
 
@@ -122,6 +133,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="serve an emulated LoRA adapter under this model name (repeatable)",
     )
     p.add_argument("--max-loras", type=int, default=4)
+    p.add_argument("--runner", choices=("generate", "pooling"), default="generate")
+    p.add_argument("--embedding-size", type=int, default=pooling.DEFAULT_EMBEDDING_SIZE)
+    p.add_argument("--max-logprobs", type=int, default=DEFAULT_MAX_LOGPROBS)
+    p.add_argument("--tool-call-parser", default=None, metavar="NAME")
+    p.add_argument("--enable-auto-tool-choice", action="store_true")
     p.add_argument(
         "--fault",
         type=_fault_spec,
@@ -149,6 +165,12 @@ def build_replicas(args: argparse.Namespace) -> list[Replica]:
     )
     # vLLM numbers adapters from 1 in the order they were registered.
     loras = {name: index for index, name in enumerate(args.lora, start=1)}
+    if args.enable_auto_tool_choice and not args.tool_call_parser:
+        raise SystemExit("--enable-auto-tool-choice requires --tool-call-parser (as in vLLM)")
+    server = ServerOptions(
+        tools=ToolSupport(args.tool_call_parser, args.enable_auto_tool_choice),
+        max_logprobs=args.max_logprobs,
+    )
     replicas = []
     for index, spec in enumerate(args.replica):
         publisher = None
@@ -164,6 +186,9 @@ def build_replicas(args: argparse.Namespace) -> list[Replica]:
                 time_scale=args.time_scale,
                 publisher=publisher,
                 loras=loras,
+                runner=args.runner,
+                server=server,
+                embedding_size=args.embedding_size,
             )
         )
     return replicas

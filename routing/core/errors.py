@@ -14,6 +14,7 @@ for 4xx caused by the request, ``server_error`` for 5xx); 429/503 also carry
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -110,6 +111,11 @@ def request_too_large(size: int | None, limit: int) -> ApiError:
     )
 
 
+def unknown_url(method: str, path: str) -> ApiError:
+    """A path no route serves: api.openai.com's wording, as JSON (never an HTML page)."""
+    return ApiError(404, f"Invalid URL ({method} {path})", code="unknown_url")
+
+
 def method_not_allowed(method: str, allowed: str) -> ApiError:
     return ApiError(
         405,
@@ -193,6 +199,41 @@ def upstream_failed(model: str, attempts: int, last_reason: str) -> ApiError:
         type=SERVER_ERROR,
         code="upstream_error",
     )
+
+
+def upstream_error_body(status: int, body: bytes, *, path: str, model: str) -> bytes | None:
+    """A replica's error answer in OpenAI's envelope; None when it already is one.
+
+    vLLM's own errors are OpenAI-shaped, but a route its model does not serve
+    (``/v1/embeddings`` on a generative model, chat on an embedding model) ends
+    in FastAPI's ``{"detail": "Not Found"}``, and a proxy in front of it may send
+    text or HTML: clients get the same envelope as every other error, with the
+    replica's own words as the message.
+    """
+    detail = _upstream_detail(body)
+    if detail is None:
+        return None
+    if status == 404:
+        message = f"The replicas of model `{model}` do not serve {path} (they answered: {detail})."
+    else:
+        message = f"The replica answered {status}: {detail}"
+    kind = SERVER_ERROR if status >= 500 else INVALID_REQUEST
+    error = ApiError(status, message, type=kind, code="upstream_error" if status >= 500 else None)
+    return json.dumps(error.body()).encode()
+
+
+def _upstream_detail(body: bytes) -> str | None:
+    """What a non-OpenAI error body says; None for an OpenAI-shaped one."""
+    try:
+        parsed = json.loads(body)
+    except ValueError:
+        text = body.decode(errors="replace").strip()
+        return text[:300] or "no body"
+    if isinstance(parsed, dict) and isinstance(parsed.get("error"), dict):
+        return None
+    if isinstance(parsed, dict) and "detail" in parsed:
+        return str(parsed["detail"])[:300]
+    return json.dumps(parsed)[:300]
 
 
 def _json_type_name(value: object) -> str:

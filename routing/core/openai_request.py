@@ -1,10 +1,19 @@
-"""Parse and validate an OpenAI completion request, and describe it for the policies.
+"""Parse and validate an OpenAI inference request, and describe it for the policies.
 
-The balancer validates only what it needs to route (model, prompt or messages,
-stream flags, max tokens, user); every other field passes through untouched to
-the replica, which validates sampling parameters itself, as vLLM's OpenAI server
-does.  Validation errors name the offending ``param`` like api.openai.com so SDK
-users see which argument was wrong.
+``Endpoint`` lists the inference routes the balancer proxies: vLLM's
+OpenAI-compatible POST routes under ``/v1`` (chat, completions, embeddings,
+responses, score, rerank).  Each one goes through the same admission, routing,
+retries and accounting; they differ only in where the prompt sits in the body
+(``_prompt``) and in whether the answer may stream.
+
+The balancer validates only what it needs to route (model, the prompt's shape,
+stream flags, max tokens, user); every other field passes through to the
+replica, which validates it itself and applies it, as vLLM's OpenAI server
+does.  The body a replica receives is the client's own bytes, with one
+exception: a streamed chat or completions request always asks for the usage
+chunk (``CompletionRequest.upstream_body``).  Validation errors name the
+offending ``param`` like api.openai.com so SDK users see which argument was
+wrong.
 
 Routing needs the prompt's tokens once: the balancer renders chat messages with
 the same template as the replicas (``render_chat``), tokenizes, and hashes the
@@ -22,17 +31,35 @@ from typing import Any
 
 from routing.core import errors
 from routing.core.blocks import block_hashes
+from routing.core.openai_inputs import ChatInput, PromptInput, embedding_input, responses_input
 from routing.core.tokenizer import Tokenizer, render_chat
 from routing.core.types import RequestDescriptor
 
 
 class Endpoint(Enum):
-    CHAT = "chat"
-    COMPLETIONS = "completions"
+    """An inference route the balancer proxies; the value is its path."""
+
+    CHAT = "/v1/chat/completions"
+    COMPLETIONS = "/v1/completions"
+    EMBEDDINGS = "/v1/embeddings"
+    RESPONSES = "/v1/responses"
+    SCORE = "/v1/score"
+    RERANK = "/v1/rerank"
 
     @property
     def path(self) -> str:
-        return "/v1/chat/completions" if self is Endpoint.CHAT else "/v1/completions"
+        return self.value
+
+    @property
+    def streams(self) -> bool:
+        """Whether ``"stream": true`` makes the answer a server-sent-event stream."""
+        return self in (Endpoint.CHAT, Endpoint.COMPLETIONS, Endpoint.RESPONSES)
+
+    @property
+    def usage_on_request(self) -> bool:
+        """Whether a stream carries usage only when ``stream_options.include_usage`` asks
+        (chat and completions; a Responses stream always ends with its usage)."""
+        return self in (Endpoint.CHAT, Endpoint.COMPLETIONS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,15 +89,21 @@ class CompletionRequest:
         """
         if not _plain_utf8(self.raw):
             return self._reencoded()
-        if not self.stream or self.client_wants_usage:
+        if not self._needs_usage_option:
             return self.raw
         if "stream_options" not in self.payload:
             # A valid JSON object with at least "model" in it ends in "}".
             return self.raw.rstrip()[:-1] + _USAGE_OPTION
         return self._reencoded()
 
+    @property
+    def _needs_usage_option(self) -> bool:
+        return self.stream and not self.client_wants_usage
+
     def _reencoded(self) -> bytes:
-        if not self.stream:
+        # json.loads then json.dumps keeps every field and value (floats round-trip
+        # exactly, a repeated key keeps its last value as any JSON reader would).
+        if not self._needs_usage_option:
             return json.dumps(self.payload).encode()
         options = dict(self.payload.get("stream_options") or {})
         options["include_usage"] = True
@@ -96,12 +129,10 @@ def parse_request(body: bytes, endpoint: Endpoint) -> CompletionRequest:
         raise errors.invalid_type("model", "a string", model)
     if not model.strip():
         raise errors.invalid_value("model", "'model' must not be empty.")
-    if endpoint is Endpoint.CHAT:
-        prompt_text, token_ids = _chat_prompt(payload), None
-    else:
-        prompt_text, token_ids = _completion_prompt(payload)
-    stream = _optional_bool(payload, "stream", False)
-    wants_usage = _include_usage(payload, stream)
+    prompt_text, token_ids = _prompt(payload, endpoint)
+    # Routes that never stream answer JSON whatever "stream" says: vLLM ignores it there.
+    stream = endpoint.streams and _optional_bool(payload, "stream", False)
+    wants_usage = _include_usage(payload, stream) if endpoint.usage_on_request else True
     return CompletionRequest(
         endpoint=endpoint,
         model=model,
@@ -110,7 +141,7 @@ def parse_request(body: bytes, endpoint: Endpoint) -> CompletionRequest:
         prompt_token_ids=token_ids,
         stream=stream,
         client_wants_usage=wants_usage,
-        max_tokens=_max_tokens(payload),
+        max_tokens=_max_tokens(payload, _MAX_TOKENS_FIELDS.get(endpoint, ())),
         user=_optional_str(payload, "user"),
         raw=body,
     )
@@ -160,6 +191,34 @@ def _load_object(body: bytes) -> dict[str, Any]:
     if not isinstance(payload, dict):
         raise errors.invalid_json("the top-level value is not an object")
     return payload
+
+
+def _prompt(payload: Mapping[str, Any], endpoint: Endpoint) -> tuple[str, tuple[int, ...] | None]:
+    """What routing tokenizes: the prompt as text, or as the token ids the client sent.
+
+    Score and rerank describe no prompt (``""``): a cross-encoder's input is each
+    query paired with each document in the model's own layout, which no block
+    hash here would match, so they route on load and session alone.
+    """
+    match endpoint:
+        case Endpoint.CHAT:
+            return _chat_prompt(payload), None
+        case Endpoint.COMPLETIONS:
+            return _completion_prompt(payload)
+        case Endpoint.EMBEDDINGS:
+            return _input_prompt(embedding_input(payload))
+        case Endpoint.RESPONSES:
+            return _input_prompt(responses_input(payload))
+        case Endpoint.SCORE | Endpoint.RERANK:
+            return "", None
+
+
+def _input_prompt(found: ChatInput | PromptInput) -> tuple[str, tuple[int, ...] | None]:
+    if isinstance(found, ChatInput):
+        return _chat_prompt({"messages": found.messages}), None
+    if found.token_ids is not None:
+        return "", found.token_ids
+    return _completion_prompt({"prompt": found.prompt})
 
 
 def _chat_prompt(payload: Mapping[str, Any]) -> str:
@@ -224,7 +283,7 @@ def _include_usage(payload: Mapping[str, Any], stream: bool) -> bool:
         return False
     if not isinstance(options, dict):
         raise errors.invalid_type("stream_options", "an object", options)
-    if not stream:
+    if not stream and options:  # vLLM lets an empty object through, so the balancer does
         raise errors.invalid_value(
             "stream_options", "'stream_options' is only allowed when 'stream' is true."
         )
@@ -234,8 +293,16 @@ def _include_usage(payload: Mapping[str, Any], stream: bool) -> bool:
     return value
 
 
-def _max_tokens(payload: Mapping[str, Any]) -> int | None:
-    for name in ("max_completion_tokens", "max_tokens"):
+# The output cap per route, newest spelling first (OpenAI's API prefers it when both appear).
+_MAX_TOKENS_FIELDS = {
+    Endpoint.CHAT: ("max_completion_tokens", "max_tokens"),
+    Endpoint.COMPLETIONS: ("max_completion_tokens", "max_tokens"),
+    Endpoint.RESPONSES: ("max_output_tokens",),
+}
+
+
+def _max_tokens(payload: Mapping[str, Any], names: Sequence[str]) -> int | None:
+    for name in names:
         value = payload.get(name)
         if value is None:
             continue

@@ -46,16 +46,43 @@ class Usage:
 
     @classmethod
     def from_openai(cls, usage: Any) -> Usage | None:
-        """``usage`` from an OpenAI response or chunk; None when absent or malformed."""
+        """``usage`` from an OpenAI response or chunk; None when absent or malformed.
+
+        The Responses API spells the same counts ``input_tokens``, ``output_tokens``
+        and ``input_tokens_details``."""
         if not isinstance(usage, dict):
             return None
-        details = usage.get("prompt_tokens_details")
+        if "prompt_tokens" not in usage and "input_tokens" in usage:
+            prompt, completion, details_key = (
+                "input_tokens",
+                "output_tokens",
+                "input_tokens_details",
+            )
+        else:
+            prompt, completion, details_key = (
+                "prompt_tokens",
+                "completion_tokens",
+                "prompt_tokens_details",
+            )
+        details = usage.get(details_key)
         cached = details.get("cached_tokens") if isinstance(details, dict) else None
         return cls(
-            prompt_tokens=_int(usage.get("prompt_tokens")),
-            completion_tokens=_int(usage.get("completion_tokens")),
+            prompt_tokens=_int(usage.get(prompt)),
+            completion_tokens=_int(usage.get(completion)),
             cached_tokens=_int(cached),
         )
+
+    @classmethod
+    def from_body(cls, body: Any) -> Usage | None:
+        """The usage of a whole answer or of one stream event: top-level ``usage``, or
+        the ``response.usage`` of a Responses API ``response.completed`` event."""
+        if not isinstance(body, dict):
+            return None
+        found = cls.from_openai(body.get("usage"))
+        response = body.get("response")
+        if found is None and isinstance(response, dict):
+            found = cls.from_openai(response.get("usage"))
+        return found
 
 
 class SseRelay:
@@ -110,7 +137,7 @@ class SseRelay:
             return True
         if not isinstance(parsed, dict):
             return True
-        usage = Usage.from_openai(parsed.get("usage"))
+        usage = Usage.from_body(parsed)
         if usage is None:
             return True
         self.usage = usage

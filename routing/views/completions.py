@@ -1,6 +1,8 @@
-"""``POST /v1/chat/completions`` and ``POST /v1/completions``: the OpenAI proxy.
+"""The OpenAI proxy: every inference route (``routing.core.openai_request.Endpoint``).
 
-The view admits the request (API key, body size, JSON shape, known model),
+``POST /v1/chat/completions``, ``/v1/completions``, ``/v1/embeddings``,
+``/v1/responses``, ``/v1/score`` and ``/v1/rerank`` all take this one path:
+the view admits the request (API key, body size, JSON shape, known model),
 describes it once for the policies, and hands it to the dispatcher.  All of it
 reads memory only: the key hashes and models come from the runtime's topology
 snapshot.  Every refusal is an OpenAI-style error, counted in ``/metrics``.
@@ -35,16 +37,8 @@ UNKNOWN_MODEL_LABEL = "-"
 
 
 @csrf_exempt
-async def chat_completions(request: HttpRequest) -> HttpResponseBase:
-    return await proxy(request, Endpoint.CHAT)
-
-
-@csrf_exempt
-async def completions(request: HttpRequest) -> HttpResponseBase:
-    return await proxy(request, Endpoint.COMPLETIONS)
-
-
 async def proxy(request: HttpRequest, endpoint: Endpoint) -> HttpResponseBase:
+    """The view of every ``Endpoint``; the URLconf passes which one."""
     arrived = time.monotonic()
     request_id = _request_id(request)
     model = UNKNOWN_MODEL_LABEL
@@ -56,7 +50,7 @@ async def proxy(request: HttpRequest, endpoint: Endpoint) -> HttpResponseBase:
         model = call.request.model
         return await runtime.dispatcher.dispatch(call)
     except ApiError as error:
-        _count_refusal(request, error, model)
+        count_refusal(request, error, model)
         return error_response(error, request_id=request_id)
 
 
@@ -133,7 +127,9 @@ def _request_id(request: HttpRequest) -> str:
     return uuid.uuid4().hex
 
 
-def _count_refusal(request: HttpRequest, error: ApiError, model: str) -> None:
+def count_refusal(request: HttpRequest, error: ApiError, model: str = UNKNOWN_MODEL_LABEL) -> None:
+    """Count a refused ``/v1`` request in ``meridian_requests_total`` (``model``: a
+    configured model's name, else ``-``)."""
     runtime = current_runtime()
     if runtime is None:
         return

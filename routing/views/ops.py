@@ -1,10 +1,9 @@
-"""Read-only endpoints: ``/v1/models``, ``/health``, ``/metrics``.
+"""Read-only operator endpoints: ``/health``, ``/metrics``.
 
-``/v1/models`` needs an API key like every ``/v1`` endpoint of OpenAI's API.
-``/health`` and ``/metrics`` are for operators, Prometheus and the control
-plane, which reach balancers on the internal network, so they are not
-authenticated (as vLLM's and SGLang's own ``/metrics`` and ``/health``).
-``/internal/*`` lives in ``routing.views.internal``.
+They are for operators, Prometheus and the control plane, which reach
+balancers on the internal network, so they are not authenticated (as vLLM's
+and SGLang's own ``/metrics`` and ``/health``).  ``/internal/*`` lives in
+``routing.views.internal``, ``/v1/models`` in ``routing.views.catalog``.
 """
 
 from __future__ import annotations
@@ -12,30 +11,11 @@ from __future__ import annotations
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, HttpResponseBase, JsonResponse
 
-from routing.core.errors import ApiError, method_not_allowed
+from routing.core.errors import ApiError
 from routing.errors import error_response
 from routing.process import get_runtime
-from routing.views.completions import authorize
 
 PROMETHEUS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
-
-
-async def models(request: HttpRequest) -> HttpResponseBase:
-    """The models this balancer can serve: configured ones with a ready replica somewhere."""
-    try:
-        if request.method != "GET":
-            raise method_not_allowed(request.method or "?", "GET")
-        runtime = await get_runtime()
-        authorize(request, runtime)
-    except ApiError as error:
-        return error_response(error)
-    snapshot = runtime.snapshot
-    created = int(snapshot.loaded_at) if snapshot else 0
-    data = [
-        {"id": name, "object": "model", "created": created, "owned_by": "meridian"}
-        for name in sorted(snapshot.served_models if snapshot else ())
-    ]
-    return JsonResponse({"object": "list", "data": data})
 
 
 async def health(request: HttpRequest) -> HttpResponseBase:

@@ -19,7 +19,9 @@ Scheduling follows vLLM V1's ``Scheduler.schedule`` with the FCFS policy:
    allow and their blocks can be allocated.  A request's cached prefix is the
    longest run of its leading block hashes found in the cache; the request
    that cannot get blocks blocks the queue behind it (head-of-line, as vLLM).
-3. Every scheduled request whose tokens are now all computed samples one token.
+3. Every scheduled request whose tokens are now all computed samples one token
+   (or takes the next of the tokens it must emit: structured output); a pooling
+   request (embeddings) finishes there instead, as vLLM's pooling runner does.
 
 When a prompt is fully cached, the last block is still recomputed (the
 lookup is capped at ``num_tokens - 1`` tokens), because the model must run on
@@ -150,6 +152,9 @@ class Engine:
         request.start(self.clock, cfg.hash_seed, cfg.block_size)
         request.rng = cfg.output_lengths.rng_for(request.prompt_token_ids, request.seed, cfg.seed)
         sampled = cfg.output_lengths.sample(request.rng)
+        if request.output_token_ids is not None:
+            # Forced output ends where it ends, or at max_tokens (then "length", as in vLLM).
+            sampled = len(request.output_token_ids)
         request.target_output_len = (
             request.max_tokens if request.ignore_eos else min(sampled, request.max_tokens)
         )
@@ -308,8 +313,11 @@ class Engine:
         """Sample a token for a request whose tokens are all computed (not mid-prefill)."""
         if request.num_computed_tokens < request.num_tokens:
             return None
-        assert request.rng is not None
-        token = self.vocab.token_ids[request.rng.randrange(len(self.vocab))]
+        if request.pooling:
+            self.running.remove(request)
+            self.stats.prompt_tokens += request.num_prompt_tokens
+            return self._finish(request, FinishReason.STOP, [])
+        token = self._next_token(request)
         cfg = self.config
         request.append_token(token, cfg.hash_seed, cfg.block_size)
         self.stats.generation_tokens += 1
@@ -322,6 +330,13 @@ class Engine:
             return self._output(request, [token], None)
         self.running.remove(request)
         return self._finish(request, reason, [token])
+
+    def _next_token(self, request: EngineRequest) -> int:
+        forced = request.output_token_ids
+        if forced is not None and request.num_output_tokens < len(forced):
+            return forced[request.num_output_tokens]
+        assert request.rng is not None
+        return self.vocab.token_ids[request.rng.randrange(len(self.vocab))]
 
     def _finish(
         self, request: EngineRequest, reason: FinishReason, new_tokens: list[int]

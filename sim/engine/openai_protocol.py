@@ -6,18 +6,39 @@ status and OpenAI-style error object (``{"error": {message, type, param,
 code}}``) that the replica sends back.  Chat messages are rendered with
 ``routing.core.tokenizer.render_chat`` and tokenized with the shared tokenizer,
 so the balancer and the replica count and hash the very same tokens.
+
+Fields that shape the answer are honoured or refused, never dropped:
+``logprobs``/``top_logprobs`` (``sim.engine.logprobs``), ``tools``,
+``tool_choice`` and ``response_format`` (``sim.engine.structured``) are
+honoured as vLLM does; ``n > 1`` and the fields in ``_UNHONOURED`` get a 400.
+Other fields (sampling knobs such as ``temperature``) change nothing here, as
+an emulated model's words are random anyway.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
-from dataclasses import dataclass
+import random
+import zlib
+from array import array
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from routing.core.tokenizer import Tokenizer, render_chat
+from sim.engine.logprobs import DEFAULT_MAX_LOGPROBS
+from sim.engine.structured import (
+    ForcedTokens,
+    OutputPlan,
+    StructuredError,
+    ToolSupport,
+    forced_tokens,
+    plan_chat,
+    plan_format,
+)
+from sim.engine.vocab import Vocabulary
 
-Kind = Literal["chat", "completion"]
+Kind = Literal["chat", "completion", "responses"]
 _MAX_TOKEN_ID = 1 << 32  # block hashing packs ids as unsigned 32-bit integers
 
 
@@ -50,6 +71,30 @@ class GenerationRequest:
     seed: int | None
     lora_name: str = ""
     lora_id: int | None = None
+    # Alternatives per token when logprobs were asked for (chat: top_logprobs).
+    logprobs: int | None = None
+    plan: OutputPlan = field(default_factory=OutputPlan)
+    forced: ForcedTokens | None = None  # the plan's text as the tokens to emit
+    key: str = ""  # what the emulated logprobs are derived from: same request, same numbers
+
+
+@dataclass(frozen=True)
+class ServerOptions:
+    """The vLLM server flags that change how requests are answered."""
+
+    tools: ToolSupport = field(default_factory=ToolSupport)
+    max_logprobs: int = DEFAULT_MAX_LOGPROBS
+
+
+# Fields vLLM honours that would change the answer's shape, which the emulator cannot.
+_UNHONOURED = (
+    "echo",
+    "prompt_logprobs",
+    "use_beam_search",
+    "structured_outputs",
+    "logprob_token_ids",
+    "return_token_ids",
+)
 
 
 def parse_generation(
@@ -58,14 +103,17 @@ def parse_generation(
     *,
     model: str,
     tokenizer: Tokenizer,
+    vocab: Vocabulary,
     max_model_len: int,
     loras: Mapping[str, int] | None = None,
+    server: ServerOptions | None = None,
 ) -> GenerationRequest:
     """Validate a ``/v1/chat/completions`` or ``/v1/completions`` body.
 
     ``model`` may name the base model or one of ``loras`` (adapter name -> id),
     as with vLLM's ``--lora-modules``.
     """
+    server = server or ServerOptions()
     body = _json_object(raw)
     loras = loras or {}
     requested_model = body.get("model", model)
@@ -88,7 +136,13 @@ def parse_generation(
         raise APIError("Stream options can only be defined when `stream=True`.", param="stream")
     if _optional(body, "n", int, 1) != 1:
         raise APIError("Only n=1 is supported.", param="n")
+    for name in _UNHONOURED:
+        if body.get(name):
+            raise APIError(f"`{name}` is not supported by the emulated replica.", param=name)
     lora_name = requested_model if requested_model in loras else ""
+    seed = _optional(body, "seed", int, None)
+    key = f"{seed}:{zlib.crc32(array('I', tokens).tobytes())}:{len(tokens)}"
+    plan = _plan(kind, body, server.tools, vocabulary_words(vocab, key))
     return GenerationRequest(
         kind=kind,
         model=requested_model,
@@ -97,10 +151,62 @@ def parse_generation(
         stream=stream,
         include_usage=bool(options and options.get("include_usage")),
         ignore_eos=_optional(body, "ignore_eos", bool, False),
-        seed=_optional(body, "seed", int, None),
+        seed=seed,
         lora_name=lora_name,
         lora_id=loras.get(lora_name),
+        logprobs=_logprobs(kind, body, server.max_logprobs, len(vocab)),
+        plan=plan,
+        forced=None if plan.text is None else forced_tokens(plan.text, tokenizer),
+        key=key,
     )
+
+
+def _plan(kind: Kind, body: dict[str, Any], tools: ToolSupport, words: Iterator[str]) -> OutputPlan:
+    try:
+        return plan_chat(body, tools, words) if kind == "chat" else plan_format(body, words)
+    except StructuredError as exc:
+        raise APIError(str(exc), param=exc.param) from None
+
+
+def vocabulary_words(vocab: Vocabulary, key: str) -> Iterator[str]:
+    """Vocabulary words for the strings of a structured answer, fixed by the request."""
+    rng = random.Random(key)
+    while True:
+        yield vocab.text([vocab.token_ids[rng.randrange(len(vocab))]])
+
+
+def _logprobs(kind: Kind, body: dict[str, Any], max_logprobs: int, vocab_size: int) -> int | None:
+    """Alternatives per token, or None; vLLM's checks and messages (-1: the vocabulary)."""
+    if kind == "chat":
+        wanted = _optional(body, "logprobs", bool, False)
+        top = _logprob_count(body, "top_logprobs")
+        if top is not None and top != 0 and not wanted:
+            raise APIError(
+                "when using `top_logprobs`, `logprobs` must be set to true.", param="top_logprobs"
+            )
+        count = (top or 0) if wanted else None
+    else:
+        count = _logprob_count(body, "logprobs")
+    if count == -1:
+        count = vocab_size
+    if count is not None and count > max_logprobs:
+        raise APIError(
+            f"Requested sample logprobs of {count}, which is greater than max allowed: "
+            f"{max_logprobs}",
+            param="logprobs",
+        )
+    return count
+
+
+def _logprob_count(body: dict[str, Any], name: str) -> int | None:
+    value = body.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise APIError(f"`{name}` must be an integer.", param=name)
+    if value < 0 and value != -1:
+        raise APIError(f"`{name}` must be a positive value or -1.", param=name)
+    return value
 
 
 def _json_object(raw: bytes) -> dict[str, Any]:
@@ -169,95 +275,3 @@ def _max_tokens(body: dict[str, Any], kind: Kind, prompt_len: int, max_model_len
     if value < 1:
         raise APIError(f"`{name}` must be at least 1, got {value}.", param=name)
     return int(value)
-
-
-# -- responses ---------------------------------------------------------------
-def usage(prompt: int, completion: int, cached: int) -> dict[str, Any]:
-    return {
-        "prompt_tokens": prompt,
-        "total_tokens": prompt + completion,
-        "completion_tokens": completion,
-        "prompt_tokens_details": {"cached_tokens": cached},
-    }
-
-
-def stream_chunk(
-    kind: Kind, request_id: str, created: int, model: str, text: str | None, finish: str | None
-) -> dict[str, Any]:
-    """One SSE chunk; for chat, ``text=None`` is the opening chunk carrying the role."""
-    if kind == "chat":
-        delta = {"role": "assistant", "content": ""} if text is None else {"content": text}
-        choice: dict[str, Any] = {"index": 0, "delta": delta}
-        obj = "chat.completion.chunk"
-    else:
-        choice = {"index": 0, "text": text or "", "stop_reason": None}
-        obj = "text_completion"
-    choice.update(logprobs=None, finish_reason=finish)
-    return {
-        "id": request_id,
-        "object": obj,
-        "created": created,
-        "model": model,
-        "choices": [choice],
-    }
-
-
-def usage_chunk(
-    kind: Kind, request_id: str, created: int, model: str, usage_: dict[str, Any]
-) -> dict[str, Any]:
-    obj = "chat.completion.chunk" if kind == "chat" else "text_completion"
-    return {
-        "id": request_id,
-        "object": obj,
-        "created": created,
-        "model": model,
-        "choices": [],
-        "usage": usage_,
-    }
-
-
-def full_response(
-    kind: Kind,
-    request_id: str,
-    created: int,
-    model: str,
-    text: str,
-    finish: str,
-    usage_: dict[str, Any],
-) -> dict[str, Any]:
-    if kind == "chat":
-        message = {"role": "assistant", "content": text, "tool_calls": []}
-        choice: dict[str, Any] = {"index": 0, "message": message}
-        obj = "chat.completion"
-    else:
-        choice = {"index": 0, "text": text}
-        obj = "text_completion"
-    choice.update(logprobs=None, finish_reason=finish, stop_reason=None)
-    return {
-        "id": request_id,
-        "object": obj,
-        "created": created,
-        "model": model,
-        "choices": [choice],
-        "usage": usage_,
-    }
-
-
-def models_list(
-    model: str, created: int, max_model_len: int, loras: Mapping[str, int] | None = None
-) -> dict[str, Any]:
-    """The base model, then each LoRA adapter with the base as its parent (as vLLM lists)."""
-    cards = [(model, None)] + [(name, model) for name in (loras or {})]
-    data = [
-        {
-            "id": name,
-            "object": "model",
-            "created": created,
-            "owned_by": "vllm",
-            "root": name,
-            "parent": parent,
-            "max_model_len": max_model_len,
-        }
-        for name, parent in cards
-    ]
-    return {"object": "list", "data": data}

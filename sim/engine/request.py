@@ -69,6 +69,11 @@ class EngineRequest:
     seed: int | None = None
     lora_name: str = ""  # a LoRA adapter: part of every block hash, as in vLLM
     lora_id: int | None = None
+    # The tokens to generate, in order, instead of sampling: structured output, whose
+    # text the replica decided up front as vLLM's guided decoding grammar would force.
+    output_token_ids: list[int] | None = None
+    # A pooling request (embeddings): prefill only, finished without sampling a token.
+    pooling: bool = False
 
     status: RequestStatus = RequestStatus.WAITING
     token_ids: list[int] = field(default_factory=list)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from routing.core import errors
@@ -52,3 +54,36 @@ def test_invalid_type_names_the_json_type_received() -> None:
 
 def test_unknown_model_message_quotes_the_model() -> None:
     assert "`gpt-9`" in errors.model_not_found("gpt-9").message
+
+
+def test_an_unknown_path_gets_openais_invalid_url_wording() -> None:
+    error = errors.unknown_url("POST", "/v1/nothing")
+    assert (error.status, error.code, error.message) == (
+        404,
+        "unknown_url",
+        "Invalid URL (POST /v1/nothing)",
+    )
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "words"),
+    [
+        (404, b'{"detail": "Not Found"}', "do not serve /v1/embeddings (they answered: Not Found)"),
+        (404, b"<html><body>Not Found</body></html>", "<html><body>Not Found</body></html>"),
+        (400, b"", "The replica answered 400: no body"),
+        (422, b'[{"loc": ["body"]}]', '[{"loc": ["body"]}]'),
+    ],
+)
+def test_a_replicas_non_openai_error_gets_the_openai_envelope(
+    status: int, body: bytes, words: str
+) -> None:
+    shaped = errors.upstream_error_body(status, body, path="/v1/embeddings", model="m")
+    assert shaped is not None
+    error = json.loads(shaped)["error"]
+    assert set(error) == {"message", "type", "param", "code"}
+    assert words in error["message"] and error["type"] == "invalid_request_error"
+
+
+def test_an_openai_shaped_replica_error_is_left_as_it_is() -> None:
+    vllm = b'{"error": {"message": "bad", "type": "BadRequestError", "param": null, "code": 400}}'
+    assert errors.upstream_error_body(400, vllm, path="/v1/completions", model="m") is None

@@ -130,3 +130,65 @@ def test_other_encodings_and_existing_stream_options_are_reencoded() -> None:
     declined = _body({**CHAT, "stream": True, "stream_options": {"include_usage": False}})
     upstream = json.loads(parse_request(declined, Endpoint.CHAT).upstream_body())
     assert upstream["stream_options"] == {"include_usage": True}
+
+
+def test_every_route_describes_its_prompt_for_routing() -> None:
+    text = " ".join(f"word{i}" for i in range(40))
+    tokenizer = WordTokenizer()
+    bodies = {
+        Endpoint.EMBEDDINGS: {"model": "m", "input": [text, "other"]},
+        Endpoint.RESPONSES: {"model": "m", "input": text, "max_output_tokens": 9},
+        Endpoint.RERANK: {"model": "m", "query": text, "documents": ["a"]},
+    }
+    described = {
+        endpoint: describe(
+            parse_request(_body(body), endpoint),
+            tokenizer,
+            request_id="r",
+            session_key="s",
+            hash_seed="seed",
+            forwarded=False,
+        )
+        for endpoint, body in bodies.items()
+    }
+    assert described[Endpoint.EMBEDDINGS].prompt_tokens == 40
+    assert len(described[Endpoint.EMBEDDINGS].block_hashes) == 40 // BLOCK_SIZE
+    responses = described[Endpoint.RESPONSES]
+    assert responses.prompt_tokens == len(
+        tokenizer.encode(render_chat([{"role": "user", "content": text}]))
+    )
+    assert responses.max_tokens == 9
+    # A cross-encoder's input is the model's own pairing: no blocks, load and session only.
+    assert (described[Endpoint.RERANK].prompt_tokens, described[Endpoint.RERANK].block_hashes) == (
+        0,
+        (),
+    )
+
+
+def test_only_chat_and_completions_streams_get_the_usage_option() -> None:
+    embeddings = b'{"model": "m", "input": "x", "stream": true}'
+    parsed = parse_request(embeddings, Endpoint.EMBEDDINGS)
+    assert not parsed.stream and parsed.upstream_body() == embeddings
+    responses = b'{"model": "m", "input": "x", "stream": true, "stream_options": {"a": 1}}'
+    parsed = parse_request(responses, Endpoint.RESPONSES)
+    assert parsed.stream and parsed.upstream_body() == responses
+
+
+def test_unknown_fields_reach_the_replica_unchanged() -> None:
+    extra = {
+        "temperature": 0.1 + 0.2,
+        "tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}],
+        "vendor_knob": {"nested": [1, 2.5e-300, "caf\u00e9", None, 10**30]},
+    }
+    raw = _body({**CHAT, **extra})
+    assert parse_request(raw, Endpoint.CHAT).upstream_body() == raw
+    streamed = _body({**CHAT, **extra, "stream": True, "stream_options": {"continuous": 1}})
+    upstream = json.loads(parse_request(streamed, Endpoint.CHAT).upstream_body())
+    assert upstream == {
+        **CHAT, **extra, "stream": True, "stream_options": {"continuous": 1, "include_usage": True}
+    }  # fmt: skip
+
+
+def test_empty_stream_options_without_a_stream_pass_as_vllm_lets_them() -> None:
+    parsed = parse_request(_body({**CHAT, "stream_options": {}}), Endpoint.CHAT)
+    assert not parsed.stream and not parsed.client_wants_usage

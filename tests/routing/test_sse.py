@@ -107,3 +107,18 @@ def test_a_read_that_coalesced_hundreds_of_events_is_relayed_whole_minus_usage()
     assert relay.feed(body + CONTENT[:half]) == CONTENT * 500 + DONE
     assert relay.feed(CONTENT[half:]) == CONTENT
     assert relay.usage is not None and relay.usage.cached_tokens == 32
+
+
+def test_responses_api_usage_is_read_from_its_own_names_and_events() -> None:
+    usage = {"input_tokens": 40, "output_tokens": 3, "input_tokens_details": {"cached_tokens": 32}}
+    assert Usage.from_body({"object": "response", "usage": usage}) == Usage(40, 3, 32)
+    completed = b"event: response.completed\n" + _event(
+        {"type": "response.completed", "response": {"id": "r", "usage": usage}}
+    )
+    created = b"event: response.created\n" + _event(
+        {"type": "response.created", "response": {"id": "r", "usage": None}}
+    )
+    relay = SseRelay(strip_usage=False)
+    stream = created + completed
+    assert relay.feed(stream) + relay.flush() == stream
+    assert relay.usage == Usage(40, 3, 32)
