@@ -57,11 +57,38 @@ CONFIG = {
     "torch_dtype": "float32",
 }
 
-_WORDS = (
-    "the cache block prefix token route replica region balancer engine request "
-    "stream event model prompt answer system user assistant document chapter "
-    "section summary question context memory latency throughput queue batch"
-).split()
+_WORDS = [
+    "the",
+    "cache",
+    "block",
+    "prefix",
+    "token",
+    "route",
+    "replica",
+    "region",
+    "balancer",
+    "engine",
+    "request",
+    "stream",
+    "event",
+    "model",
+    "prompt",
+    "answer",
+    "system",
+    "user",
+    "assistant",
+    "document",
+    "chapter",
+    "section",
+    "summary",
+    "question",
+    "context",
+    "memory",
+    "latency",
+    "throughput",
+    "queue",
+    "batch",
+]
 
 
 def corpus(lines: int = 2000, seed: int = 7) -> list[str]:
