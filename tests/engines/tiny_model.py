@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import json
 import random
+import struct
+from array import array
 from pathlib import Path
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
@@ -140,3 +142,59 @@ def build(directory: Path) -> Path:
     }
     (directory / "tokenizer_config.json").write_text(json.dumps(tokenizer_config, indent=2))
     return directory
+
+
+LORA_RANK = 8
+
+
+def build_lora(directory: Path, seed: int = 11) -> Path:
+    """A random rank-8 LoRA adapter on every layer's q_proj and v_proj, in PEFT's layout
+    (``adapter_config.json`` + ``adapter_model.safetensors``), for vLLM's ``--lora-modules``.
+    Small enough to write the safetensors format by hand: no numpy or torch needed."""
+    directory.mkdir(parents=True, exist_ok=True)
+    rng = random.Random(seed)
+    hidden = CONFIG["hidden_size"]
+    head_dim = CONFIG["head_dim"]
+    outputs = {
+        "q_proj": CONFIG["num_attention_heads"] * head_dim,
+        "v_proj": CONFIG["num_key_value_heads"] * head_dim,
+    }
+    tensors: dict[str, tuple[list[int], array[float]]] = {}
+    for layer in range(CONFIG["num_hidden_layers"]):
+        for proj, out in outputs.items():
+            prefix = f"base_model.model.model.layers.{layer}.self_attn.{proj}"
+            for name, shape in (("lora_A", [LORA_RANK, hidden]), ("lora_B", [out, LORA_RANK])):
+                values = array("f", (rng.gauss(0.0, 0.01) for _ in range(shape[0] * shape[1])))
+                tensors[f"{prefix}.{name}.weight"] = (shape, values)
+    _write_safetensors(directory / "adapter_model.safetensors", tensors)
+    adapter_config = {
+        "peft_type": "LORA",
+        "task_type": "CAUSAL_LM",
+        "r": LORA_RANK,
+        "lora_alpha": 2 * LORA_RANK,
+        "lora_dropout": 0.0,
+        "target_modules": list(outputs),
+        "bias": "none",
+        "fan_in_fan_out": False,
+        "inference_mode": True,
+    }
+    (directory / "adapter_config.json").write_text(json.dumps(adapter_config, indent=2))
+    return directory
+
+
+def _write_safetensors(path: Path, tensors: dict[str, tuple[list[int], array[float]]]) -> None:
+    """safetensors: a little-endian u64 header length, a JSON header naming each tensor's
+    dtype, shape and byte range, then the raw little-endian data."""
+    header: dict[str, object] = {}
+    offset = 0
+    for name, (shape, values) in tensors.items():
+        size = len(values) * values.itemsize
+        header[name] = {"dtype": "F32", "shape": shape, "data_offsets": [offset, offset + size]}
+        offset += size
+    encoded = json.dumps(header, separators=(",", ":")).encode()
+    encoded += b" " * (-len(encoded) % 8)  # the data starts 8-byte aligned
+    with path.open("wb") as out:
+        out.write(struct.pack("<Q", len(encoded)))
+        out.write(encoded)
+        for _, values in tensors.values():
+            out.write(values.tobytes())  # x86-64 and arm64 are little-endian
