@@ -14,8 +14,8 @@ ids equal the engine's:
 * ``add_bos_token``/``add_eos_token`` in the config rebuild the post-processor
   (``LlamaTokenizerFast.update_post_processor``), so a config that turns BOS off
   is obeyed even when ``tokenizer.json`` would add it;
-* ``encode_batch`` on a one-item batch, not ``encode``: only the batch call
-  releases the GIL, which is what lets the balancer tokenize a long prompt in a
+* ``encode_batch_fast`` on a one-item batch, not ``encode``: only the batch calls
+  release the GIL, which is what lets the balancer tokenize a long prompt in a
   worker thread while its event loop keeps serving.
 """
 
@@ -104,7 +104,7 @@ class ModelTokenizer:
         )
 
     def encode(self, text: str, *, add_special_tokens: bool) -> list[int]:
-        (encoding,) = self._tok.encode_batch([text], add_special_tokens=add_special_tokens)
+        (encoding,) = self._tok.encode_batch_fast([text], add_special_tokens=add_special_tokens)
         return list(encoding.ids)
 
 
