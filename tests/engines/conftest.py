@@ -229,7 +229,7 @@ def fleet(
 ) -> EngineFleet:
     """The replicas as one region's fleet behind one balancer, with a ``cache_map``
     service fed by the replicas' KV events (endpoints given, as a real vLLM cannot be
-    asked where it publishes), tokenizing with the model's own ``tokenizer.json``."""
+    asked where it publishes), tokenizing with the model's own tokenizer files."""
     region = engine_topology.region("engines")
     lb_port = free_port()
     engine_topology.balancer("engines-lb", region, lb_port)
@@ -243,7 +243,9 @@ def fleet(
     key = engine_topology.api_key("engines")
     env = {
         **child_process_env(redis_server.url),
-        "MERIDIAN_TOKENIZER_JSON": str(model_dir / "tokenizer.json"),
+        # The model's own tokenizer and chat template, and the adapter it serves.
+        "MERIDIAN_MODEL_TOKENIZERS": f"{MODEL}={model_dir}",
+        "MERIDIAN_LORA_ADAPTERS": f"{ADAPTER}={MODEL}",
         "MERIDIAN_HASH_SEED": HASH_SEED,
     }
     url = start_balancer(engine_processes, env, "engines-lb", lb_port)

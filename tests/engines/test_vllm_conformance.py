@@ -17,8 +17,11 @@ import pytest
 
 from routing.core.engine_metrics import parse_engine_load
 from routing.core.kv_events import REMOVED, STORED, decode_message
+from routing.core.model_tokenizer import ModelTokenizer
 from routing.core.prom_text import parse
+from routing.core.prompts import ChatPrompt, TextPrompt, prompt_tokens
 from routing.core.tokenizer import render_chat
+from routing.model_tokens import read_tokenizer_files
 from tests.engines.conftest import ADAPTER, BLOCK_SIZE
 from tests.engines.fleet import (
     EngineFleet,
@@ -28,6 +31,7 @@ from tests.engines.fleet import (
     reusable_tokens,
     settle,
 )
+from tests.support.balancers import state
 from tests.support.polling import eventually
 
 pytestmark = [pytest.mark.engines, pytest.mark.django_db, pytest.mark.timeout(1200)]
@@ -103,11 +107,53 @@ def test_chat_streams_through_the_balancer_rendered_with_the_models_template(
     # the prompt it counted is the model's rendering, token for token.
     config = json.loads((fleet.model_dir / "tokenizer_config.json").read_text())
     rendered = jinja2.Template(config["chat_template"]).render(
-        messages=messages, bos_token=config["bos_token"], eos_token=config["eos_token"]
+        messages=messages,
+        bos_token=config["bos_token"],
+        eos_token=config["eos_token"],
+        add_generation_prompt=True,
     )
     assert rendered != render_chat(messages)
     model_ids = fleet.tokenizer.encode(rendered, add_special_tokens=False).ids
     assert usage.prompt_tokens == len(model_ids)
+
+
+def test_meridians_model_encoder_gives_the_engines_prompt_tokens(fleet: EngineFleet) -> None:
+    """The balancer's encoder for a model with its own tokenizer files (what
+    ``MERIDIAN_MODEL_TOKENIZERS`` loads) yields exactly the ids the engine prefills, for
+    chat (the model's template, no special tokens added) and for completions (BOS
+    added), and the balancer reports it uses those files, not the fallback."""
+    encoder = ModelTokenizer(read_tokenizer_files(str(fleet.model_dir)))
+    replica = fleet.replicas["vllm-a"].url
+    messages = [
+        {"role": "system", "content": "You answer briefly."},
+        {"role": "user", "content": unique_prompt(30)},
+        {"role": "assistant", "content": "route the block"},
+        {"role": "user", "content": "and the region?"},
+    ]
+    chat = httpx.post(
+        f"{replica}/v1/chat/completions",
+        json={
+            "model": fleet.model,
+            "messages": messages,
+            "max_tokens": 1,
+            "return_token_ids": True,
+        },
+        timeout=60,
+    ).json()
+    assert list(prompt_tokens(ChatPrompt(messages), encoder)) == chat["prompt_token_ids"]
+    text = unique_prompt(40)
+    completion = httpx.post(
+        f"{replica}/v1/completions",
+        json={"model": fleet.model, "prompt": text, "max_tokens": 1, "return_token_ids": True},
+        timeout=60,
+    ).json()
+    ids = completion["choices"][0]["prompt_token_ids"]
+    assert list(prompt_tokens(TextPrompt(text), encoder)) == ids == fleet.prompt_ids(text)
+    model_row = next(m for m in state(fleet.url)["models"] if m["model"] == fleet.model)
+    assert model_row["tokens"] == {
+        "tokenizer": f"{fleet.model_dir} (tokenizer.json)",
+        "chat_template": f"{fleet.model_dir} (tokenizer_config.json)",
+    }
 
 
 def test_completions_stream_with_usage(fleet: EngineFleet) -> None:
@@ -270,11 +316,7 @@ def test_a_lora_adapter_is_served_and_keys_its_blocks_apart(fleet: EngineFleet) 
     assert adapters and all(a["max_lora"] == "2" for a in adapters)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the balancer does not yet map an adapter's model name to its base model's "
-    "service or route by adapter affinity (issue 12, item 6: LoRA affinity)",
-)
+@BLOCK_IDENTITY
 def test_an_adapter_request_follows_the_replica_holding_its_prefix(fleet: EngineFleet) -> None:
     holder = "vllm-b"  # an idle tie goes to vllm-a: only affinity picks vllm-b
     prefix = unique_prompt(300)

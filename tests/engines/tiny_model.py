@@ -29,7 +29,7 @@ EOS = "</s>"
 MAX_VOCAB = 512
 MAX_POSITIONS = 4096
 # Llama-style turns: "[INST] ... [/INST]" around user turns, the BOS token leading the
-# conversation and EOS closing each assistant turn.
+# conversation, EOS closing each assistant turn, and a generation prompt of its own.
 CHAT_TEMPLATE = (
     "{{ bos_token }}"
     "{% for message in messages %}"
@@ -38,6 +38,7 @@ CHAT_TEMPLATE = (
     "{% else %} {{ message['content'] }}{{ eos_token }}\n"
     "{% endif %}"
     "{% endfor %}"
+    "{% if add_generation_prompt %} Answer:{% endif %}"
 )
 
 CONFIG = {
