@@ -3,6 +3,7 @@ subscriber that reads a replica's KV-event stream the way the balancer does."""
 
 from __future__ import annotations
 
+import itertools
 import subprocess
 import time
 from collections.abc import Iterator
@@ -15,6 +16,7 @@ from typing import Any
 import httpx
 import msgpack
 import openai
+import pytest
 import zmq
 from tokenizers import Tokenizer
 
@@ -73,6 +75,26 @@ class EngineFleet:
         return rows[replica]
 
 
+_TAGS = itertools.count()
+_FILLER = ("cache", "route", "block", "queue", "token", "region")
+
+
+def unique_prompt(words: int = 120) -> str:
+    """A prompt no other request of the session starts with (so no cache hit by accident)."""
+    tag = next(_TAGS)
+    filler = " ".join(_FILLER[i % len(_FILLER)] for i in range(words))
+    return f"prompt {tag} of the session: {filler}"
+
+
+# Temporary: the tests it marks are written against issue 12's block-identity contract
+# and go green (strict: an unexpected pass fails) once that lands; then it is removed.
+BLOCK_IDENTITY = pytest.mark.xfail(
+    strict=True,
+    reason="Meridian keys blocks by its own 16-token blake2b chain; vLLM publishes "
+    "sha256-derived 32-token block hashes (issue 12, item 2: block identity)",
+)
+
+
 def cached_tokens(usage: Any) -> int:
     details = usage.prompt_tokens_details
     return int(details.cached_tokens or 0) if details is not None else 0
@@ -121,8 +143,8 @@ class EventTap:
 
 @contextmanager
 def event_tap(replica: VllmReplica) -> Iterator[EventTap]:
-    """A subscriber that is already receiving (ZMQ subscriptions propagate
-    asynchronously, so it is only handed over once a probe request's events arrived)."""
+    """A subscriber on ``replica``'s publisher, closed on exit. ZMQ subscriptions
+    propagate asynchronously: ``settle`` it before relying on it to see everything."""
     tap = EventTap(f"tcp://127.0.0.1:{replica.publish_port}")
     try:
         yield tap

@@ -24,27 +24,19 @@ from routing.core.tokenizer import render_chat
 from routing.model_tokens import read_tokenizer_files
 from tests.engines.conftest import ADAPTER, BLOCK_SIZE
 from tests.engines.fleet import (
+    BLOCK_IDENTITY,
     EngineFleet,
     cached_tokens,
     engine_metrics,
     event_tap,
     reusable_tokens,
     settle,
+    unique_prompt,
 )
 from tests.support.balancers import state
 from tests.support.polling import eventually
 
 pytestmark = [pytest.mark.engines, pytest.mark.django_db, pytest.mark.timeout(1200)]
-
-_tags = itertools.count()
-FILLER = ("cache", "route", "block", "queue", "token", "region")
-
-
-def unique_prompt(words: int = 120) -> str:
-    """A prompt no other request of the session starts with (so no cache hit by accident)."""
-    tag = next(_tags)
-    filler = " ".join(FILLER[i % len(FILLER)] for i in range(words))
-    return f"prompt {tag} of the session: {filler}"
 
 
 def test_the_engine_metrics_parse_and_reach_the_balancer(fleet: EngineFleet) -> None:
@@ -215,12 +207,6 @@ def test_kv_events_from_the_real_stream_decode(fleet: EngineFleet) -> None:
 
 
 # -- needs block identity matching the engine (issue 12, item 2) -----------------------
-
-BLOCK_IDENTITY = pytest.mark.xfail(
-    strict=True,
-    reason="Meridian keys blocks by its own 16-token blake2b chain; vLLM publishes "
-    "sha256-derived 32-token block hashes (issue 12, item 2: block identity)",
-)
 
 
 def wait_applied(fleet: EngineFleet, replica: str, received_before: int) -> None:
