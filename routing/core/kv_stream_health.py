@@ -134,9 +134,9 @@ class SilenceDetector:
         return last.events == first.events and missed >= self.config.min_missed_tokens
 
 
-def stream_state(*, subscribed: bool, bind_endpoint: bool, silent: bool) -> StreamState:
+def stream_state(*, endpoint_known: bool, bind_endpoint: bool, silent: bool) -> StreamState:
     """One word for the stream, the most specific cause first."""
-    if not subscribed:
+    if not endpoint_known:
         return StreamState.NO_STREAM
     if not bind_endpoint:
         return StreamState.CONNECT_ENDPOINT

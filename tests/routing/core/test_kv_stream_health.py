@@ -65,10 +65,10 @@ def test_a_restarted_engine_starts_a_fresh_window() -> None:
 
 
 def test_stream_state_names_the_most_specific_cause() -> None:
-    assert stream_state(subscribed=False, bind_endpoint=False, silent=True) is StreamState.NO_STREAM
-    assert (
-        stream_state(subscribed=True, bind_endpoint=False, silent=True)
-        is StreamState.CONNECT_ENDPOINT
-    )
-    assert stream_state(subscribed=True, bind_endpoint=True, silent=True) is StreamState.SILENT
-    assert stream_state(subscribed=True, bind_endpoint=True, silent=False) is StreamState.OK
+    def state(known: bool, bind: bool, silent: bool) -> StreamState:
+        return stream_state(endpoint_known=known, bind_endpoint=bind, silent=silent)
+
+    assert state(False, False, True) is StreamState.NO_STREAM
+    assert state(True, False, True) is StreamState.CONNECT_ENDPOINT
+    assert state(True, True, True) is StreamState.SILENT
+    assert state(True, True, False) is StreamState.OK
