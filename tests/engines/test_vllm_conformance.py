@@ -30,8 +30,10 @@ from tests.engines.fleet import (
     engine_metrics,
     event_tap,
     reusable_tokens,
+    seed,
     settle,
     unique_prompt,
+    wait_applied,
 )
 from tests.support.balancers import state
 from tests.support.polling import eventually
@@ -204,27 +206,12 @@ def test_kv_events_from_the_real_stream_decode(fleet: EngineFleet) -> None:
         what="the balancer received the replica's events",
     )
     assert row["gaps"] == 0
+    # Found through vLLM's /kv_event_sources: its "tcp://*:PORT" dialled at the replica.
+    assert row["endpoint"] == f"tcp://127.0.0.1:{replica.publish_port}"
+    assert row["replay_endpoint"] == f"tcp://127.0.0.1:{replica.replay_port}"
 
 
 # -- needs block identity matching the engine (issue 12, item 2) -----------------------
-
-
-def wait_applied(fleet: EngineFleet, replica: str, received_before: int) -> None:
-    """The balancer received messages past ``received_before`` and applied them all."""
-
-    def applied() -> bool:
-        row = fleet.kv_stream_state(replica)
-        return row["received"] > received_before and row["pending"] == 0
-
-    eventually(applied, what=f"the balancer applied {replica}'s new events", timeout=30)
-
-
-def seed(fleet: EngineFleet, replica: str, prompt: str) -> None:
-    """Cache ``prompt`` on ``replica`` behind the balancer's back: the balancer can only
-    learn of it from the replica's KV events."""
-    before = fleet.kv_stream_state(replica)["received"]
-    fleet.direct_client(replica).completions.create(model=fleet.model, prompt=prompt, max_tokens=1)
-    wait_applied(fleet, replica, before)
 
 
 @BLOCK_IDENTITY
