@@ -88,6 +88,19 @@ def unique_prompt(words: int = 120) -> str:
     return f"prompt {tag} of the session: {filler}"
 
 
+def prompt_blocks_only(fleet: EngineFleet, words: int, block_size: int) -> str:
+    """A unique prompt that ends inside a block, and not one token short of its end: the
+    engine caches full blocks of prompt *and* output, so a prompt one short would also
+    store a block holding the sampled token (max_tokens=1), and when repeated, one ending
+    on a block boundary recomputes (and may store again) its last block, since the last
+    prompt token is always computed. Any other length stores exactly the prompt's full
+    blocks, once."""
+    while True:
+        prompt = unique_prompt(words)
+        if len(fleet.prompt_ids(prompt)) % block_size not in (0, block_size - 1):
+            return prompt
+
+
 # Temporary: the tests it marks are written against issue 12's block-identity contract.
 # On a tree without it (no routing.core.block_identity) they must fail (strict); on one
 # with it they run as plain tests, so the marker can be dropped once it is on main.

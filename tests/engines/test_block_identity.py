@@ -16,7 +16,7 @@ import pytest
 
 from routing.core.kv_events import STORED
 from tests.engines.conftest import ADAPTER, BLOCK_SIZE, HASH_SEED
-from tests.engines.fleet import BLOCK_IDENTITY, EngineFleet, event_tap, settle, unique_prompt
+from tests.engines.fleet import BLOCK_IDENTITY, EngineFleet, event_tap, prompt_blocks_only, settle
 
 pytestmark = [pytest.mark.engines, pytest.mark.django_db, pytest.mark.timeout(1200)]
 
@@ -39,7 +39,7 @@ def test_vllm_mode_keys_are_the_engines_event_hashes(
     # of the module failing to import.
     from routing.core.block_identity import BlockIdentityMode, BlockScheme, VllmHashSpec
 
-    prompt = unique_prompt(150)
+    prompt = prompt_blocks_only(fleet, 150, BLOCK_SIZE)
     ids = fleet.prompt_ids(prompt)
     published = stored_hashes(fleet, "vllm-b", adapter or fleet.model, prompt)
     assert len(published) == len(ids) // BLOCK_SIZE

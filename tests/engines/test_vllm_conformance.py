@@ -29,6 +29,7 @@ from tests.engines.fleet import (
     cached_tokens,
     engine_metrics,
     event_tap,
+    prompt_blocks_only,
     reusable_tokens,
     seed,
     settle,
@@ -171,7 +172,7 @@ def test_kv_events_from_the_real_stream_decode(fleet: EngineFleet) -> None:
     received_before = fleet.kv_stream_state(name)["received"]
     with event_tap(replica) as tap:
         settle(tap, fleet, name)
-        prompt = unique_prompt(150)
+        prompt = prompt_blocks_only(fleet, 150, BLOCK_SIZE)
         ids = fleet.prompt_ids(prompt)
         fleet.direct_client(name).completions.create(model=fleet.model, prompt=prompt, max_tokens=1)
         messages = tap.drain(wait_s=10)
@@ -264,7 +265,7 @@ def test_a_lora_adapter_is_served_and_keys_its_blocks_apart(fleet: EngineFleet) 
     do not serve the other), and ``vllm:lora_requests_info`` lists the adapters."""
     name = "vllm-a"
     client = fleet.direct_client(name)
-    prompt = unique_prompt(100)
+    prompt = prompt_blocks_only(fleet, 100, BLOCK_SIZE)
     with event_tap(fleet.replicas[name]) as tap:
         settle(tap, fleet, name)
         client.completions.create(model=ADAPTER, prompt=prompt, max_tokens=1)
