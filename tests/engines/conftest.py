@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from ops.embedded_redis import EmbeddedRedis
@@ -59,7 +60,9 @@ def engine_python() -> str | None:
     if given is not None:
         return given or None
     found = subprocess.run([str(INSTALLER), "--where"], capture_output=True, text=True)
-    return found.stdout.strip() or None if found.returncode == 0 else None
+    if found.returncode != 0:
+        return None
+    return found.stdout.strip() or None
 
 
 def kv_events_config(publish_port: int, replay_port: int) -> str:
@@ -148,8 +151,6 @@ def start_vllm_replicas(
 
 
 def wait_healthy(group: ProcessGroup, replica: VllmReplica) -> None:
-    import httpx
-
     deadline = time.monotonic() + STARTUP_TIMEOUT_S
     while time.monotonic() < deadline:
         if replica.process.poll() is not None:
