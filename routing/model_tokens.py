@@ -16,6 +16,9 @@ inline would stall every other request for milliseconds.  So prompts above
 ``MERIDIAN_TOKENIZE_THREAD_CHARS`` characters are rendered and tokenized in a
 worker thread (Hugging Face ``tokenizers`` releases the GIL while it encodes a
 batch); small ones stay inline, where a thread hop would cost more than it saves.
+Each encoder keeps a cache of the prompt segments it tokenized, at most
+``MERIDIAN_TOKENIZE_CACHE_TOKENS`` token ids (``routing.core.segments``), so a
+follow-up chat turn tokenizes only its new message.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from routing.core.prompts import (
     PromptEncoder,
     prompt_tokens,
 )
+from routing.core.segments import DEFAULT_CACHE_TOKENS
 from routing.core.tokenizer import build_tokenizer
 
 TOKENIZER_JSON = "tokenizer.json"
@@ -75,13 +79,16 @@ class ModelEncoders:
         *,
         fallback_tokenizer_json: str = "",
         thread_chars: int = 16384,
+        cache_tokens: int = DEFAULT_CACHE_TOKENS,
     ) -> None:
         self.fallback: PromptEncoder = FallbackEncoder(
-            build_tokenizer(fallback_tokenizer_json or None)
+            build_tokenizer(fallback_tokenizer_json or None), cache_tokens=cache_tokens
         )
         self.thread_chars = thread_chars
         self._by_model: dict[str, PromptEncoder] = {
-            model: ModelTokenizer(read_tokenizer_files(path), now=datetime.now)
+            model: ModelTokenizer(
+                read_tokenizer_files(path), now=datetime.now, cache_tokens=cache_tokens
+            )
             for model, path in paths.items()
         }
 

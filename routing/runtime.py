@@ -52,6 +52,7 @@ from routing.core.policy import Policy
 from routing.core.registry import UnknownPolicyError, build_policy, remote_policy_name
 from routing.core.remote import RemoteRouter, availability_report
 from routing.core.router import LocalRouter
+from routing.core.segments import DEFAULT_CACHE_TOKENS
 from routing.core.topology import TopologySnapshot
 from routing.dispatch import Dispatcher
 from routing.kv_events import KVEventConsumer
@@ -105,6 +106,7 @@ class BalancerConfig:
     model_tokenizers: Mapping[str, str] = field(default_factory=dict)
     lora_adapters: Mapping[str, str] = field(default_factory=dict)
     tokenize_thread_chars: int = 16384
+    tokenize_cache_tokens: int = DEFAULT_CACHE_TOKENS
 
     @classmethod
     def from_settings(cls) -> BalancerConfig:
@@ -137,6 +139,7 @@ class BalancerConfig:
             model_tokenizers=dict(s.MERIDIAN_MODEL_TOKENIZERS),
             lora_adapters=dict(s.MERIDIAN_LORA_ADAPTERS),
             tokenize_thread_chars=s.MERIDIAN_TOKENIZE_THREAD_CHARS,
+            tokenize_cache_tokens=s.MERIDIAN_TOKENIZE_CACHE_TOKENS,
         )
 
 
@@ -171,6 +174,7 @@ class BalancerRuntime:
             config.model_tokenizers,
             fallback_tokenizer_json=config.tokenizer_json,
             thread_chars=config.tokenize_thread_chars,
+            cache_tokens=config.tokenize_cache_tokens,
         )
         self.metrics = BalancerMetrics(config.balancer)
         self.router = LocalRouter(
