@@ -29,7 +29,8 @@ at load, and a tokenizer failing either is encoded whole-text, as before.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from array import array
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -128,13 +129,15 @@ class ModelTokenizer:
             extra=prompt.template_kwargs,
         )
 
-    def encode(self, text: str, *, add_special_tokens: bool) -> list[int]:
+    def encode(self, text: str, *, add_special_tokens: bool) -> Sequence[int]:
+        """The text's ids; packed (``array('I')``) when segmented, which block hashing
+        reads as is, with no list of Python ints built in between."""
         if self.segments is not None:
             if not add_special_tokens:
-                return self.segments.encode(self.split(text)).tolist()
+                return self.segments.encode(self.split(text))
             if self._wrapping is not None:
                 before, after = self._wrapping
-                return [*before, *self.segments.encode(self.split(text)), *after]
+                return before + self.segments.encode(self.split(text)) + after
         return self.encode_whole(text, add_special_tokens=add_special_tokens)
 
     def encode_whole(self, text: str, *, add_special_tokens: bool) -> list[int]:
@@ -201,7 +204,7 @@ def _probes(added: list[str]) -> list[str]:
     return texts
 
 
-def _special_wrapping(tok: HFTokenizer) -> tuple[list[int], list[int]] | None:
+def _special_wrapping(tok: HFTokenizer) -> tuple[array[int], array[int]] | None:
     """The ids the post-processor adds before and after a text, when it only wraps it."""
     probe = "wrapping probe: one two"
     bare = tok.encode(probe, add_special_tokens=False).ids
@@ -212,7 +215,7 @@ def _special_wrapping(tok: HFTokenizer) -> tuple[list[int], list[int]] | None:
             other = "another: three"
             other_bare = tok.encode(other, add_special_tokens=False).ids
             if tok.encode(other, add_special_tokens=True).ids == [*before, *other_bare, *after]:
-                return before, after
+                return array("I", before), array("I", after)
             return None
     return None
 

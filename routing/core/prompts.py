@@ -89,7 +89,7 @@ class PromptEncoder(Protocol):
 
     def render(self, prompt: ChatPrompt) -> str: ...
 
-    def encode(self, text: str, *, add_special_tokens: bool) -> list[int]: ...
+    def encode(self, text: str, *, add_special_tokens: bool) -> Sequence[int]: ...
 
 
 def prompt_tokens(prompt: Prompt, encoder: PromptEncoder) -> Sequence[int]:
@@ -146,10 +146,10 @@ class FallbackEncoder:
     def render(self, prompt: ChatPrompt) -> str:
         return render_chat(prompt.messages)
 
-    def encode(self, text: str, *, add_special_tokens: bool) -> list[int]:
+    def encode(self, text: str, *, add_special_tokens: bool) -> Sequence[int]:
         if self.segments is None:
             return self.tokenizer.encode(text)
-        return self.segments.encode(split_after(text, HEADER_END)).tolist()
+        return self.segments.encode(split_after(text, HEADER_END))
 
 
 def _content_chars(content: Any) -> int:
