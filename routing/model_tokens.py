@@ -29,10 +29,10 @@ from datetime import datetime
 from pathlib import Path
 
 from routing.core.model_tokenizer import (
+    TOKENIZER_JSON,
     ModelTokenizer,
     TokenizerFiles,
-    TokenizerFilesError,
-    load_config,
+    tokenizer_files,
 )
 from routing.core.prompts import (
     FallbackEncoder,
@@ -43,31 +43,17 @@ from routing.core.prompts import (
 from routing.core.segments import DEFAULT_CACHE_TOKENS
 from routing.core.tokenizer import build_tokenizer
 
-TOKENIZER_JSON = "tokenizer.json"
-TOKENIZER_CONFIG = "tokenizer_config.json"
-CHAT_TEMPLATE = "chat_template.jinja"
-
 
 def read_tokenizer_files(path: str) -> TokenizerFiles:
     """The files of a model directory or of a ``tokenizer.json`` path."""
     given = Path(path)
     directory = given if given.is_dir() else given.parent
-    tokenizer_json = given / TOKENIZER_JSON if given.is_dir() else given
-    if not tokenizer_json.is_file():
-        raise TokenizerFilesError(f"{path}: no {TOKENIZER_JSON} there")
-    config_path = directory / TOKENIZER_CONFIG
-    config = (
-        load_config(config_path.read_text(encoding="utf-8"), path) if config_path.is_file() else {}
-    )
-    template_path = directory / CHAT_TEMPLATE
-    return TokenizerFiles(
-        origin=path,
-        tokenizer_json=tokenizer_json.read_text(encoding="utf-8"),
-        config=config,
-        chat_template=template_path.read_text(encoding="utf-8")
-        if template_path.is_file()
-        else None,
-    )
+
+    def read(name: str) -> str | None:
+        file = given if name == TOKENIZER_JSON and not given.is_dir() else directory / name
+        return file.read_text(encoding="utf-8") if file.is_file() else None
+
+    return tokenizer_files(path, read)
 
 
 class ModelEncoders:

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import json
 from array import array
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -140,6 +140,13 @@ class ModelTokenizer:
                 return before + self.segments.encode(self.split(text)) + after
         return self.encode_whole(text, add_special_tokens=add_special_tokens)
 
+    @property
+    def vocab_size(self) -> int:
+        return int(self._tok.get_vocab_size(with_added_tokens=True))
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return str(self._tok.decode(list(ids), skip_special_tokens=False))
+
     def encode_whole(self, text: str, *, add_special_tokens: bool) -> list[int]:
         """The text's ids from one tokenizer call, no segments, no cache."""
         (encoding,) = self._tok.encode_batch_fast([text], add_special_tokens=add_special_tokens)
@@ -218,6 +225,27 @@ def _special_wrapping(tok: HFTokenizer) -> tuple[array[int], array[int]] | None:
                 return array("I", before), array("I", after)
             return None
     return None
+
+
+TOKENIZER_JSON = "tokenizer.json"
+TOKENIZER_CONFIG = "tokenizer_config.json"
+CHAT_TEMPLATE = "chat_template.jinja"
+
+
+def tokenizer_files(origin: str, read: Callable[[str], str | None]) -> TokenizerFiles:
+    """A model's files from ``read(file name)`` (its text, or None when absent): the
+    Hugging Face layout, the same for the balancer and the emulated replica; the
+    caller does the reading."""
+    tokenizer_json = read(TOKENIZER_JSON)
+    if tokenizer_json is None:
+        raise TokenizerFilesError(f"{origin}: no {TOKENIZER_JSON} there")
+    config_text = read(TOKENIZER_CONFIG)
+    return TokenizerFiles(
+        origin=origin,
+        tokenizer_json=tokenizer_json,
+        config=load_config(config_text, origin) if config_text is not None else {},
+        chat_template=read(CHAT_TEMPLATE),
+    )
 
 
 def load_config(text: str, origin: str) -> dict[str, Any]:
