@@ -46,6 +46,7 @@ from django.db import DatabaseError
 from routing.core import errors
 from routing.core.dispatch import DispatchCore, Ticket
 from routing.core.kv_events import split_kv_event_params
+from routing.core.lora import AdapterDirectory
 from routing.core.peers import Heartbeat
 from routing.core.pending_queue import RegionalQueues
 from routing.core.policy import Policy
@@ -204,12 +205,15 @@ class BalancerRuntime:
             ttl_s=config.heartbeat_ttl_s,
         )
         self.client = _shared_client(config)
+        # LoRA adapter -> base model: learned from the replicas' /v1/models, config on top.
+        self.adapters = AdapterDirectory(config.lora_adapters)
         self.prober = ReplicaProber(
             self.client,
             self.router,
             self.metrics,
             timeout_s=config.probe_timeout_s,
             failure_threshold=config.probe_failure_threshold,
+            adapters=self.adapters,
         )
         self.pump = QueuePump(self.core, loop, self.metrics, probe_soon=self.prober.probe_soon)
         self.router.on_change = self.remote.on_change = self.pump.wake
