@@ -42,8 +42,13 @@ def block_hashes(
     block_size: int = BLOCK_SIZE,
     extra: str = "",
     seed: str = DEFAULT_SEED,
+    parent: int | None = None,
 ) -> list[int]:
     """Hashes of every full block of ``tokens``, each chained to the one before.
+
+    The first block chains to ``parent`` (a block hash computed earlier), or to the
+    seed's root when None: a KV event that stores blocks after an already known one
+    is keyed by continuing that block's chain (``routing.core.block_identity``).
 
     Equal, value for value, to chaining ``block_hash`` over the blocks: blake2b of a
     concatenation equals blake2b fed the same bytes in pieces.  The token ids are
@@ -55,16 +60,16 @@ def block_hashes(
     suffix = b"\x00" + extra.encode() if extra else b""
     # Copying a primed hasher is about twice as cheap as constructing one per block.
     blank = hashlib.blake2b(digest_size=8)
-    parent = root_hash(seed).to_bytes(8, "big")
+    previous = (root_hash(seed) if parent is None else parent).to_bytes(8, "big")
     hashes: list[int] = []
     for start in range(0, (len(tokens) // block_size) * step, step):
         h = blank.copy()
-        h.update(parent)
+        h.update(previous)
         h.update(packed[start : start + step])
         if suffix:
             h.update(suffix)
-        parent = h.digest()
-        hashes.append(int.from_bytes(parent, "big"))
+        previous = h.digest()
+        hashes.append(int.from_bytes(previous, "big"))
     return hashes
 
 
