@@ -44,6 +44,12 @@ from django.conf import settings
 from django.db import DatabaseError
 
 from routing.core import errors
+from routing.core.block_identity import (
+    BLOCK_IDENTITY_KEY,
+    BlockIdentityConfig,
+    ModelBlockSchemes,
+    parse_block_identity,
+)
 from routing.core.dispatch import DispatchCore, Ticket
 from routing.core.kv_events import split_kv_event_params
 from routing.core.peers import Heartbeat
@@ -137,12 +143,23 @@ class BalancerConfig:
 def _policy_or_default(name: str, params: Mapping[str, Any]) -> Policy:
     """A bad ServiceConfig must not take a model offline: log it loudly, route least-load."""
     try:
-        # The KV-event endpoints are the consumer's business, not the policy's.
+        # The KV-event endpoints and the block identity are the consumer's business
+        # (and describe's), not the policy's.
         _, policy_params = split_kv_event_params(params)
+        policy_params.pop(BLOCK_IDENTITY_KEY, None)
         return build_policy(name, policy_params)
     except (UnknownPolicyError, TypeError, ValueError) as exc:
         logger.error("policy %r with %r refused (%s); using least_load", name, params, exc)
         return build_policy("least_load")
+
+
+def _block_identity_or_default(model: str, params: Mapping[str, Any]) -> BlockIdentityConfig:
+    """A bad block identity keeps the default (token_ids), loudly, like a bad policy."""
+    try:
+        return parse_block_identity(params.get(BLOCK_IDENTITY_KEY))
+    except ValueError as exc:
+        logger.error("model %s: %s; using the token_ids block identity", model, exc)
+        return BlockIdentityConfig()
 
 
 def _shared_client(config: BalancerConfig) -> httpx.AsyncClient:
@@ -190,12 +207,14 @@ class BalancerRuntime:
             ttl_s=config.heartbeat_ttl_s,
         )
         self.client = _shared_client(config)
+        self.block_schemes = ModelBlockSchemes(config.hash_seed)
         self.prober = ReplicaProber(
             self.client,
             self.router,
             self.metrics,
             timeout_s=config.probe_timeout_s,
             failure_threshold=config.probe_failure_threshold,
+            schemes=self.block_schemes,
         )
         self.pump = QueuePump(self.core, loop, self.metrics, probe_soon=self.prober.probe_soon)
         self.router.on_change = self.remote.on_change = self.pump.wake
@@ -214,7 +233,12 @@ class BalancerRuntime:
             balancer=config.balancer,
             loop=loop,
         )
-        self.kv = KVEventConsumer(self.client, self.router, timeout_s=config.probe_timeout_s)
+        self.kv = KVEventConsumer(
+            self.client,
+            self.router,
+            timeout_s=config.probe_timeout_s,
+            schemes=self.block_schemes,
+        )
         self.poller = AvailabilityPoller(
             self._report_fetch(), self.remote, on_error=self.metrics.availability_errors.inc
         )
@@ -314,6 +338,9 @@ class BalancerRuntime:
         """Make ``snapshot`` the topology of both layers and of the queues (no await)."""
         self.router.apply(snapshot.replicas, snapshot.models)
         self.remote.apply(snapshot.peers, snapshot.models)
+        for model, spec in snapshot.models.items():
+            config = _block_identity_or_default(model, spec.policy_params)
+            self.block_schemes.configure(model, config)
         self.queues.configure(
             {m: (spec.queue_max_len, spec.queue_max_wait_s) for m, spec in snapshot.models.items()}
         )

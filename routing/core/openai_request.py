@@ -16,9 +16,10 @@ offending ``param`` like api.openai.com so SDK users see which argument was
 wrong.
 
 Routing needs the prompt's tokens once: the balancer renders chat messages with
-the same template as the replicas (``render_chat``), tokenizes, and hashes the
-full blocks with the shared seed, so a block hash here means the same KV block
-in a replica's prefix cache (see ``routing.core.blocks``).
+the same template as the replicas (``render_chat``), tokenizes, and keys the
+full blocks under the model's block scheme (its engine's block size, and
+Meridian's chain or the engine's own hash), so a key here means the same KV
+block as the key of a replica's KV event (``routing.core.block_identity``).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from enum import Enum
 from typing import Any
 
 from routing.core import errors
-from routing.core.blocks import block_hashes
+from routing.core.block_identity import BlockScheme
 from routing.core.openai_inputs import ChatInput, PromptInput, embedding_input, responses_input
 from routing.core.tokenizer import Tokenizer, render_chat
 from routing.core.types import RequestDescriptor
@@ -153,10 +154,12 @@ def describe(
     *,
     request_id: str,
     session_key: str,
-    hash_seed: str,
+    scheme: BlockScheme,
     forwarded: bool,
+    adapter: str = "",
 ) -> RequestDescriptor:
-    """The request as the policies see it: tokenized once, full blocks hashed."""
+    """The request as the policies see it: tokenized once, full blocks keyed once
+    (``adapter``: the LoRA adapter serving it, part of every block's identity)."""
     if request.prompt_token_ids is not None:
         tokens: Sequence[int] = request.prompt_token_ids
     else:
@@ -165,7 +168,7 @@ def describe(
         request_id=request_id,
         model=request.model,
         prompt_tokens=len(tokens),
-        block_hashes=tuple(block_hashes(tokens, seed=hash_seed)),
+        block_hashes=tuple(scheme.keys(tokens, adapter)),
         session_key=session_key,
         max_tokens=request.max_tokens,
         forwarded=forwarded,

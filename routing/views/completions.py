@@ -112,7 +112,7 @@ def admit(
         session_key=session_key(
             parsed, request.headers.get("X-Session-ID"), request.META.get("REMOTE_ADDR")
         ),
-        hash_seed=runtime.config.hash_seed,
+        scheme=runtime.block_schemes.scheme(parsed.model),
         forwarded=forwarded,
     )
     return ProxyCall(parsed, descriptor, body, authorization, request_id, arrived)

@@ -177,6 +177,8 @@ def _model_row(rt: BalancerRuntime, model: str) -> dict[str, Any]:
         "pushing": rt.router.pushing(model).mode.value,
         "queue_max_len": spec.queue_max_len if spec else None,
         "queue_max_wait_s": spec.queue_max_wait_s if spec else None,
+        # Which block size and scheme key this model's blocks, and where the size came from.
+        "block_identity": rt.block_schemes.view(model),
     }
 
 
