@@ -3,9 +3,8 @@
 vLLM's ``ZmqEventPublisher`` sends each batch of events as three frames on a
 PUB socket: the topic, an 8-byte big-endian sequence number, and a msgpack
 payload ``[timestamp, [event, ...], data_parallel_rank]`` in which each event
-is a tagged array (``["BlockStored", block_hashes, parent_block_hash,
-token_ids, block_size, lora_id]``, ``["BlockRemoved", block_hashes]``,
-``["AllBlocksCleared"]``).  One batch is sent per engine step.  A consumer
+is a map in vLLM 0.32's encoding (``sim.engine.events``).  One batch is sent per
+engine step.  A consumer
 detects lost batches by a gap in the sequence numbers; PUB drops when nobody
 reads, so an absent consumer never slows the engine.
 
@@ -13,19 +12,21 @@ reads, so an absent consumer never slows the engine.
 subscribe), and ``cache_snapshot`` what ``GET /kv_cache/blocks`` answers (the
 authoritative state for anti-entropy, 002 §4.4): every cached block hash and the
 sequence number of the next message, so a consumer knows which of the messages
-it still holds are already reflected in the snapshot.
+it still holds are already reflected in the snapshot, and every cached block as
+a one-block ``BlockStored`` (``stored``), so a consumer that keys blocks by
+their token ids can key blocks whose events it missed.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import msgpack
 import zmq
 
-from sim.engine.events import KVEvent, KVEventBuffer
+from sim.engine.events import BlockStored, KVEvent, KVEventBuffer
 
 
 class KVEventPublisher:
@@ -64,7 +65,7 @@ class KVEventPublisher:
 
 
 def cache_snapshot(
-    cached: Iterable[int], events: KVEventBuffer, publisher: KVEventPublisher | None
+    stores: Mapping[int, BlockStored], events: KVEventBuffer, publisher: KVEventPublisher | None
 ) -> dict[str, Any]:
     """The replica's cached blocks and the sequence they are consistent with.
 
@@ -75,6 +76,7 @@ def cache_snapshot(
     if publisher is not None:
         publisher.publish(events.drain())
     return {
-        "blocks": list(cached),
+        "blocks": list(stores),
         "sequence": publisher.sequence if publisher is not None else None,
+        "stored": [store.as_wire() for store in stores.values()],
     }

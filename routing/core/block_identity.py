@@ -131,12 +131,14 @@ class BlockScheme:
     block_size: int = BLOCK_SIZE
     meridian_seed: str = DEFAULT_SEED  # token_ids mode: the root of Meridian's chain
     vllm: VllmHashSpec = field(default_factory=VllmHashSpec)
-    lora_paths: Mapping[str, str] = field(default_factory=dict)  # vllm mode: name -> path
+    # vllm mode: adapter name -> the path vLLM loaded it from (part of its hash); an
+    # adapter without one hashes with its name as its path, as the emulated replica does.
+    lora_paths: Mapping[str, str] = field(default_factory=dict)
 
     def keys(self, tokens: Sequence[int], extra: str = "") -> list[int]:
         """The key of every full block of ``tokens``; ``extra`` is the LoRA adapter name."""
         if self.mode is BlockIdentityMode.VLLM:
-            extra_keys = lora_extra_keys(extra, self.lora_paths.get(extra, ""))
+            extra_keys = lora_extra_keys(extra, self.lora_paths.get(extra, extra))
             digests = self.vllm.digests(tokens, self.block_size, extra_keys)
             return [external_hash(d) for d in digests]
         return block_hashes(
