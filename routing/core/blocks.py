@@ -1,12 +1,14 @@
-"""Chained block hashing: the one definition of "the same KV block".
+"""Meridian's own chained block keys (blake2b), for the ``token_ids`` block identity.
 
-vLLM's prefix cache identifies a full block of ``BLOCK_SIZE`` tokens by a hash
-of (parent block hash, the block's token ids, extra keys such as a LoRA name).
+Like vLLM's prefix cache, a full block of ``block_size`` tokens is identified by a
+hash of (parent block hash, the block's token ids, extra keys such as a LoRA name).
 Because each hash covers its parent, two prompts share block *i* only if they
 share every token before it, so a list of block hashes is a prefix fingerprint.
-The emulated replica keys its cache by these hashes, publishes them in KV
-events, and the balancer computes the same list for routing; every process
-must use the same ``seed`` (vLLM's NONE_HASH / PYTHONHASHSEED requirement).
+The balancer keys requests with it, and re-keys engines' KV events with it from
+their token ids (``routing.core.event_keys``), so it never has to agree with an
+engine's hash, only every balancer with the same ``seed``; the prefix policies
+(trie, radix tree, hash ring) use it too.  vLLM's own hash is in
+``routing.core.block_identity``.
 
 Partial trailing blocks are never hashed: engines only cache full blocks.
 """
