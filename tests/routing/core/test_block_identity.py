@@ -13,6 +13,7 @@ calling its own functions on the same inputs::
     )
     [k.maybe_convert_block_hash(h) for h in (k.NONE_HASH, h1, h2, lora)]
 
+and again with ``PYTHONHASHSEED=42`` in its environment (``SEEDED_VECTORS``).
 ``maybe_convert_block_hash`` is what its KV events carry (the digest's low 64 bits,
 ``VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES`` defaults to on).
 """
@@ -51,6 +52,18 @@ VLLM_VECTORS = {
         4833087150398771119,
     ),
 }
+
+
+SEEDED_VECTORS = {
+    HashAlgo.SHA256: [13393158874634920873, 12184247444458798185],
+    HashAlgo.SHA256_CBOR: [1171502445924686417, 12508377501218481855],
+}
+
+
+@pytest.mark.parametrize("algo", list(HashAlgo))
+def test_the_seed_is_vllms_pythonhashseed(algo: HashAlgo) -> None:
+    scheme = BlockScheme(BlockIdentityMode.VLLM, block_size=32, vllm=VllmHashSpec(algo, "42"))
+    assert scheme.keys(list(range(64))) == SEEDED_VECTORS[algo]
 
 
 @pytest.mark.parametrize("algo", list(HashAlgo))
