@@ -334,6 +334,13 @@ def test_metrics_and_state_describe_the_balancer(idle: Region) -> None:
             "pushing": "sp-p",
             "queue_max_len": 0,
             "queue_max_wait_s": 30.0,
+            # The emulated replicas' vllm:cache_config_info gave the block size.
+            "block_identity": {
+                "mode": "token_ids",
+                "block_size": 16,
+                "block_size_source": "engine",
+                "engine_hash_algo": "sha256",
+            },
         }
     ]
     (queue,) = view["queues"]
