@@ -57,6 +57,20 @@ def env_list(name: str, default: list[str]) -> list[str]:
     return [item.strip() for item in raw.split(",") if item.strip()]
 
 
+def env_map(name: str) -> dict[str, str]:
+    """``key=value,key=value`` as a dict; a pair without ``=`` or a repeated key stops start-up."""
+    out: dict[str, str] = {}
+    for item in env_list(name, []):
+        key, sep, value = item.partition("=")
+        key, value = key.strip(), value.strip()
+        if not sep or not key or not value:
+            raise ImproperlyConfigured(f"{name}: {item!r} is not key=value")
+        if key in out:
+            raise ImproperlyConfigured(f"{name}: {key!r} is given twice")
+        out[key] = value
+    return out
+
+
 _ENGINES = {
     "postgres": "django.db.backends.postgresql",
     "postgresql": "django.db.backends.postgresql",

@@ -12,6 +12,7 @@ from meridian.env import (
     env_float,
     env_int,
     env_list,
+    env_map,
     env_str,
     parse_database_url,
 )
@@ -152,6 +153,13 @@ MERIDIAN_BALANCER = env_str("MERIDIAN_BALANCER", "")
 MERIDIAN_DEMO = env_bool("MERIDIAN_DEMO", False)
 MERIDIAN_HASH_SEED = env_str("MERIDIAN_HASH_SEED", "meridian")
 MERIDIAN_TOKENIZER_JSON = env_str("MERIDIAN_TOKENIZER_JSON", "")
+# Each served model's own tokenizer and chat template: model=directory (Hugging Face layout)
+# or model=path/to/tokenizer.json.  Models not named use the fallback (routing.model_tokens).
+MERIDIAN_MODEL_TOKENIZERS = env_map("MERIDIAN_MODEL_TOKENIZERS")
+# LoRA adapters served on a base model's replicas (vLLM --lora-modules): adapter=base-model.
+MERIDIAN_LORA_ADAPTERS = env_map("MERIDIAN_LORA_ADAPTERS")
+# Prompts longer than this many characters are tokenized in a worker thread.
+MERIDIAN_TOKENIZE_THREAD_CHARS = env_int("MERIDIAN_TOKENIZE_THREAD_CHARS", 16384, minimum=0)
 # How often a balancer re-reads topology and API keys from the database (off the hot path).
 MERIDIAN_TOPOLOGY_REFRESH_S = env_float("MERIDIAN_TOPOLOGY_REFRESH_S", 2.0, minimum=0.1)
 # In-process replica /metrics probe period: SP-P selective pushing reads waiting requests

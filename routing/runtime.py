@@ -36,7 +36,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
@@ -58,10 +58,10 @@ from routing.core.policy import Policy
 from routing.core.registry import UnknownPolicyError, build_policy, remote_policy_name
 from routing.core.remote import RemoteRouter, availability_report
 from routing.core.router import LocalRouter
-from routing.core.tokenizer import Tokenizer, build_tokenizer
 from routing.core.topology import TopologySnapshot
 from routing.dispatch import Dispatcher
 from routing.kv_events import KVEventConsumer
+from routing.model_tokens import ModelEncoders
 from routing.peers import AvailabilityPoller, HttpReportFetch, PeerDirectory
 from routing.prober import ReplicaProber
 from routing.queue_pump import QueuePump, Waiter, alive
@@ -108,6 +108,9 @@ class BalancerConfig:
     availability_ttl_s: float = 2.0
     internal_token: str = ""
     kv_events_batch_s: float = 0.1
+    model_tokenizers: Mapping[str, str] = field(default_factory=dict)
+    lora_adapters: Mapping[str, str] = field(default_factory=dict)
+    tokenize_thread_chars: int = 16384
 
     @classmethod
     def from_settings(cls) -> BalancerConfig:
@@ -137,6 +140,9 @@ class BalancerConfig:
             availability_ttl_s=s.MERIDIAN_AVAILABILITY_TTL_S,
             internal_token=s.MERIDIAN_INTERNAL_TOKEN,
             kv_events_batch_s=s.MERIDIAN_KV_EVENTS_BATCH_S,
+            model_tokenizers=dict(s.MERIDIAN_MODEL_TOKENIZERS),
+            lora_adapters=dict(s.MERIDIAN_LORA_ADAPTERS),
+            tokenize_thread_chars=s.MERIDIAN_TOKENIZE_THREAD_CHARS,
         )
 
 
@@ -178,7 +184,11 @@ class BalancerRuntime:
     def __init__(self, config: BalancerConfig, loop: asyncio.AbstractEventLoop) -> None:
         self.config = config
         self.loop = loop
-        self.tokenizer: Tokenizer = build_tokenizer(config.tokenizer_json or None)
+        self.encoders = ModelEncoders(
+            config.model_tokenizers,
+            fallback_tokenizer_json=config.tokenizer_json,
+            thread_chars=config.tokenize_thread_chars,
+        )
         self.metrics = BalancerMetrics(config.balancer)
         self.router = LocalRouter(
             _policy_or_default,

@@ -45,7 +45,7 @@ from sim.embeddings import EmbeddingsEndpoint
 from sim.engine import Engine, EngineRequest, RequestOutput, pooling
 from sim.engine import openai_protocol as api
 from sim.engine.openai_answers import Answer, models_list, usage
-from sim.engine.prometheus import render_metrics
+from sim.engine.prometheus import LoraInfoGauge, render_metrics
 from sim.kv_events import KVEventPublisher, cache_snapshot
 from sim.responses import ResponsesEndpoint
 
@@ -155,6 +155,7 @@ class Replica:
         self.engine = engine
         self.model = model
         self.loras = loras or {}
+        self.lora_info = LoraInfoGauge() if self.loras else None
         self.server = server or api.ServerOptions()
         self.received: deque[dict[str, Any]] = deque(maxlen=DEBUG_LOG_SIZE)
         self.tokenizer = tokenizer
@@ -238,7 +239,7 @@ class Replica:
         await send_json(send, 200, {"replica": self.name, "requests": list(self.received)})
 
     async def _metrics(self, body: bytes, receive: Receive, send: Send) -> None:
-        text = render_metrics(self.engine, self.model)
+        text = render_metrics(self.engine, self.model, self.lora_info)
         await send_bytes(send, 200, text.encode(), "text/plain; version=0.0.4; charset=utf-8")
 
     async def _reset_prefix_cache(self, body: bytes, receive: Receive, send: Send) -> None:

@@ -92,6 +92,7 @@ class BenchFixture:
         policy: str = "",
         pushing: str = "",
         base_tree: Path | None = None,
+        extra_env: dict[str, str] | None = None,
     ) -> BenchFixture:
         workdir = tempfile.TemporaryDirectory(prefix="meridian-bench-")
         logs = Path(workdir.name) / "logs"
@@ -101,7 +102,7 @@ class BenchFixture:
             servers = [*servers, *(f"{server}@base" for server in servers)]
         try:
             fixture._start_replicas(replicas)
-            env = fixture._seed(servers, policy, pushing)
+            env = {**fixture._seed(servers, policy, pushing), **(extra_env or {})}
             for server in servers:
                 fixture._start_balancer(server, env)
             for server in servers:

@@ -15,6 +15,11 @@ Three tables, all measured in this process on the very policy objects the balanc
    the prefix trie, the radix tree and the cache map, filled with ``--prefixes``
    16-block prefixes for 4 replicas; with the defaults that is past every bound, so
    the table shows size stopping at the bound.
+4. **The whole decision** for a fresh chat request of ~300, 4k and 32k tokens:
+   chat template + tokenize + hash + select, CPU time, with a model tokenizer and
+   with the fallback (``ops.bench.prompt_cost``).  With ``--against-sglang PATH``,
+   the CPU per ~4k-token request of Meridian's balancer process beside
+   sglang-router's (``ops.bench.against_sglang``).
 
 Targets reported against (not asserted): decision p50 < 100 us for a 4k-token prompt,
 tokenization + hashing < 1 ms per 8k tokens.  ``--quick`` runs small sizes for a smoke
@@ -26,12 +31,16 @@ from __future__ import annotations
 import argparse
 import gc
 import random
+import tempfile
 import time
 import tracemalloc
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, TextIO
 
+from ops.bench.against_sglang import compare, cpu_count_note
+from ops.bench.prompt_cost import chat_messages, model_encoder, prompt_cost_table, words_for
 from routing.core.blocks import block_hashes
 from routing.core.cache_map import CacheMap
 from routing.core.policy import Policy
@@ -57,10 +66,11 @@ class Sizes:
     tokenize_runs: int
     memory_prefixes: int
     memory_scale: float  # fraction of each structure's default bound used in table 3
+    decision_runs: int  # fresh chat requests per prompt size in table 4
 
 
-FULL = Sizes((8, 64, 512), 100_000, 1000, 30, 100_000, 1.0)
-QUICK = Sizes((8, 64), 500, 20, 3, 1_000, 0.01)
+FULL = Sizes((8, 64, 512), 100_000, 1000, 30, 100_000, 1.0, 30)
+QUICK = Sizes((8, 64), 500, 20, 3, 1_000, 0.01, 2)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -74,6 +84,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0, help="seed of every generated workload")
     parser.add_argument(
         "--prefixes", type=int, default=None, help="cached prefixes pre-loaded (default 100k)"
+    )
+    parser.add_argument(
+        "--against-sglang",
+        metavar="PATH",
+        default=None,
+        help="also measure CPU per 4k-token request of Meridian's balancer and of "
+        "sglang-router (PATH: its venv or executable, installed apart from Meridian)",
+    )
+    parser.add_argument(
+        "--sglang-requests", type=int, default=200, help="requests per router (default 200)"
     )
 
 
@@ -91,7 +111,30 @@ def run(options: dict[str, Any], stdout: TextIO) -> None:
     stdout.write("tokenization + block hashing, microseconds per 8k tokens\n")
     stdout.write(format_table(*tokenize_table(sizes, seed)) + "\n")
     stdout.write("memory of cached prefixes at the configured bounds (tracemalloc)\n")
-    stdout.write(format_table(*memory_table(sizes, seed)))
+    stdout.write(format_table(*memory_table(sizes, seed)) + "\n")
+    stdout.write("whole decision per fresh chat request, CPU microseconds (median)\n")
+    headers, rows, _ = prompt_cost_table(sizes.decision_runs, seed)
+    stdout.write(format_table(headers, rows))
+    if options.get("against_sglang"):
+        stdout.write("\n" + sglang_table(options, seed))
+
+
+def sglang_table(options: dict[str, Any], seed: int) -> str:
+    """CPU per request of each router for the same ~4k-token chat prompt."""
+    requests = int(options.get("sglang_requests") or 200)
+    rng = random.Random(f"sglang-{seed}")
+    with tempfile.TemporaryDirectory(prefix="meridian-bench-model-") as tmp:
+        model = model_encoder(Path(tmp))
+        messages = chat_messages(words_for(model, 4096, rng), rng)
+        text = messages[0]["content"] + " " + messages[1]["content"]
+        costs = compare(str(options["against_sglang"]), text, requests, Path(tmp))
+    headers = ["router", "requests", "CPU ms/request", "raw CPU ms/request"]
+    rows = [[c.router, str(c.requests), f"{c.cpu_ms_per_request:.3f}",
+             f"{c.raw_cpu_ms_per_request:.3f}"] for c in costs]  # fmt: skip
+    return (
+        f"CPU per ~4k-token chat request, same prompt each time ({cpu_count_note()})\n"
+        + format_table(headers, rows)
+    )
 
 
 def _fields(sizes: Sizes) -> dict[str, Any]:

@@ -23,6 +23,14 @@ label set; running and waiting are summed across them
 that will preempt first).  Despite its name ``kv_cache_usage_perc`` is a
 fraction in [0, 1] in vLLM; values above 1 are read as percentages.
 
+With ``--enable-lora`` vLLM also exports ``vllm:lora_requests_info``: a gauge whose
+*labels* carry the facts (``running_lora_adapters`` and ``waiting_lora_adapters``,
+comma-separated adapter names, and ``max_lora``) and whose value is the time it
+was set.  ``prometheus_client`` keeps every label set the gauge was ever given,
+so the page lists one series per past combination; the current one is the
+series with the latest time (``parse_lora_info``), as the Gateway API inference
+extension reads it.
+
 The parser handles the text exposition format (comments, labels with escaped
 quotes, optional timestamps, ``NaN``/``+Inf``) and nothing else; it never raises
 on unknown metrics, only on text that contains none of the load gauges, which
@@ -53,10 +61,30 @@ PREFIX_HITS = (
 )
 
 CACHE_CONFIG_INFO = "vllm:cache_config_info"
+LORA_INFO = "vllm:lora_requests_info"
 
 
 class MetricsFormatError(ValueError):
     """The text is not an engine's metrics page."""
+
+
+@dataclass(frozen=True, slots=True)
+class LoraInfo:
+    """The LoRA adapters a replica is using now, and how many it may hold at once."""
+
+    running: frozenset[str] = frozenset()
+    waiting: frozenset[str] = frozenset()
+    max_lora: int = 0
+
+    @property
+    def active(self) -> frozenset[str]:
+        """Adapters in GPU memory or about to be: those of running and waiting requests."""
+        return self.running | self.waiting
+
+    @property
+    def has_room(self) -> bool:
+        """Whether one more adapter fits without evicting an active one."""
+        return len(self.active) < self.max_lora
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +96,7 @@ class EngineLoad:
     prefix_hits: float | None = None
     block_size: int | None = None  # vllm:cache_config_info, when served
     hash_algo: str | None = None  # its prefix_caching_hash_algo
+    lora: LoraInfo | None = None  # None: the engine serves no adapters
 
     @property
     def prefix_hit_rate(self) -> float | None:
@@ -127,7 +156,29 @@ def parse_engine_load(text: str) -> EngineLoad:
         prefix_hits=sum(hits) if hits else None,
         block_size=block_size,
         hash_algo=hash_algo,
+        lora=parse_lora_info(parsed),
     )
+
+
+def parse_lora_info(samples: list[Sample]) -> LoraInfo | None:
+    """The latest ``lora_requests_info`` series, or None when the engine has none."""
+    series = [s for s in samples if s.name == LORA_INFO and not math.isnan(s.value)]
+    if not series:
+        return None
+    latest = max(series, key=lambda s: s.value)
+    try:
+        max_lora = int(float(latest.label("max_lora", "0")))
+    except ValueError:
+        max_lora = 0
+    return LoraInfo(
+        running=_names(latest.label("running_lora_adapters")),
+        waiting=_names(latest.label("waiting_lora_adapters")),
+        max_lora=max_lora,
+    )
+
+
+def _names(joined: str) -> frozenset[str]:
+    return frozenset(name.strip() for name in joined.split(",") if name.strip())
 
 
 def _first(samples: dict[str, list[float]], names: tuple[str, ...]) -> list[float] | None:

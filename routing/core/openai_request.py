@@ -15,11 +15,14 @@ chunk (``CompletionRequest.upstream_body``).  Validation errors name the
 offending ``param`` like api.openai.com so SDK users see which argument was
 wrong.
 
-Routing needs the prompt's tokens once: the balancer renders chat messages with
-the same template as the replicas (``render_chat``), tokenizes, and keys the
-full blocks under the model's block scheme (its engine's block size, and
-Meridian's chain or the engine's own hash), so a key here means the same KV
-block as the key of a replica's KV event (``routing.core.block_identity``).
+Routing needs the prompt's tokens once: parsing reduces the prompt to a
+``routing.core.prompts.Prompt`` (chat messages with the options vLLM's chat
+path reads, text, or token ids); the balancer renders and tokenizes it with the
+served model's encoder (``prompt_tokens``, possibly in a worker thread), and
+``describe`` keys the full blocks under the model's block scheme (its engine's
+block size, Meridian's chain or the engine's own hash) with the LoRA adapter as
+the extra key, so a key here means the same KV block as the key of a replica's
+KV event (``routing.core.block_identity``).
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from typing import Any
 from routing.core import errors
 from routing.core.block_identity import BlockScheme
 from routing.core.openai_inputs import ChatInput, PromptInput, embedding_input, responses_input
-from routing.core.tokenizer import Tokenizer, render_chat
+from routing.core.prompts import ChatPrompt, Prompt, TextPrompt, TokenPrompt
 from routing.core.types import RequestDescriptor
 
 
@@ -70,8 +73,7 @@ class CompletionRequest:
     endpoint: Endpoint
     model: str
     payload: dict[str, Any]
-    prompt_text: str
-    prompt_token_ids: tuple[int, ...] | None
+    prompt: Prompt
     stream: bool
     client_wants_usage: bool
     max_tokens: int | None
@@ -130,7 +132,7 @@ def parse_request(body: bytes, endpoint: Endpoint) -> CompletionRequest:
         raise errors.invalid_type("model", "a string", model)
     if not model.strip():
         raise errors.invalid_value("model", "'model' must not be empty.")
-    prompt_text, token_ids = _prompt(payload, endpoint)
+    prompt = _prompt(payload, endpoint)
     # Routes that never stream answer JSON whatever "stream" says: vLLM ignores it there.
     stream = endpoint.streams and _optional_bool(payload, "stream", False)
     wants_usage = _include_usage(payload, stream) if endpoint.usage_on_request else True
@@ -138,8 +140,7 @@ def parse_request(body: bytes, endpoint: Endpoint) -> CompletionRequest:
         endpoint=endpoint,
         model=model,
         payload=payload,
-        prompt_text=prompt_text,
-        prompt_token_ids=token_ids,
+        prompt=prompt,
         stream=stream,
         client_wants_usage=wants_usage,
         max_tokens=_max_tokens(payload, _MAX_TOKENS_FIELDS.get(endpoint, ())),
@@ -150,27 +151,28 @@ def parse_request(body: bytes, endpoint: Endpoint) -> CompletionRequest:
 
 def describe(
     request: CompletionRequest,
-    tokenizer: Tokenizer,
+    tokens: Sequence[int],
     *,
     request_id: str,
     session_key: str,
     scheme: BlockScheme,
     forwarded: bool,
-    adapter: str = "",
+    model: str | None = None,
+    lora: str | None = None,
 ) -> RequestDescriptor:
-    """The request as the policies see it: tokenized once, full blocks keyed once
-    (``adapter``: the LoRA adapter serving it, part of every block's identity)."""
-    if request.prompt_token_ids is not None:
-        tokens: Sequence[int] = request.prompt_token_ids
-    else:
-        tokens = tokenizer.encode(request.prompt_text)
+    """The request as the policies see it: its prompt's ``tokens`` (from
+    ``routing.core.prompts.prompt_tokens``) keyed in full blocks under ``scheme``.
+    A LoRA adapter is part of every block's key, as in the engine: its KV differs
+    from the base's.
+    ``model`` is the model whose replicas serve it (an adapter's base model)."""
     return RequestDescriptor(
         request_id=request_id,
-        model=request.model,
+        model=model or request.model,
         prompt_tokens=len(tokens),
-        block_hashes=tuple(scheme.keys(tokens, adapter)),
+        block_hashes=tuple(scheme.keys(tokens, lora or "")),
         session_key=session_key,
         max_tokens=request.max_tokens,
+        lora=lora,
         forwarded=forwarded,
     )
 
@@ -196,8 +198,8 @@ def _load_object(body: bytes) -> dict[str, Any]:
     return payload
 
 
-def _prompt(payload: Mapping[str, Any], endpoint: Endpoint) -> tuple[str, tuple[int, ...] | None]:
-    """What routing tokenizes: the prompt as text, or as the token ids the client sent.
+def _prompt(payload: Mapping[str, Any], endpoint: Endpoint) -> Prompt:
+    """What routing tokenizes: chat messages, text, or the token ids the client sent.
 
     Score and rerank describe no prompt (``""``): a cross-encoder's input is each
     query paired with each document in the model's own layout, which no block
@@ -205,26 +207,41 @@ def _prompt(payload: Mapping[str, Any], endpoint: Endpoint) -> tuple[str, tuple[
     """
     match endpoint:
         case Endpoint.CHAT:
-            return _chat_prompt(payload), None
+            return _chat_prompt(payload)
         case Endpoint.COMPLETIONS:
             return _completion_prompt(payload)
         case Endpoint.EMBEDDINGS:
-            return _input_prompt(embedding_input(payload))
+            # vLLM's embedding chat renders without a generation prompt.
+            return _input_prompt(embedding_input(payload), payload, generation_prompt=False)
         case Endpoint.RESPONSES:
-            return _input_prompt(responses_input(payload))
+            return _input_prompt(responses_input(payload), payload, generation_prompt=True)
         case Endpoint.SCORE | Endpoint.RERANK:
-            return "", None
+            return TextPrompt("")
 
 
-def _input_prompt(found: ChatInput | PromptInput) -> tuple[str, tuple[int, ...] | None]:
+def _input_prompt(
+    found: ChatInput | PromptInput, payload: Mapping[str, Any], *, generation_prompt: bool
+) -> Prompt:
     if isinstance(found, ChatInput):
-        return _chat_prompt({"messages": found.messages}), None
+        if not found.messages:
+            raise errors.invalid_value("messages", "'messages' must contain at least one message.")
+        messages = _checked_messages(found.messages)
+        return ChatPrompt(messages, add_generation_prompt=generation_prompt)
     if found.token_ids is not None:
-        return "", found.token_ids
-    return _completion_prompt({"prompt": found.prompt})
+        return TokenPrompt(found.token_ids)
+    return _completion_prompt({"prompt": found.prompt, **_special_tokens_field(payload)})
 
 
-def _chat_prompt(payload: Mapping[str, Any]) -> str:
+def _special_tokens_field(payload: Mapping[str, Any]) -> dict[str, Any]:
+    return (
+        {"add_special_tokens": payload["add_special_tokens"]}
+        if "add_special_tokens" in payload
+        else {}
+    )
+
+
+def _chat_prompt(payload: Mapping[str, Any]) -> ChatPrompt:
+    """The messages and the chat options vLLM's chat path reads, with vLLM's defaults."""
     messages = payload.get("messages")
     if messages is None:
         raise errors.missing_parameter("messages")
@@ -232,6 +249,21 @@ def _chat_prompt(payload: Mapping[str, Any]) -> str:
         raise errors.invalid_type("messages", "an array", messages)
     if not messages:
         raise errors.invalid_value("messages", "'messages' must contain at least one message.")
+    kwargs = payload.get("chat_template_kwargs")
+    if kwargs is not None and not isinstance(kwargs, dict):
+        raise errors.invalid_type("chat_template_kwargs", "an object", kwargs)
+    return ChatPrompt(
+        _checked_messages(messages),
+        tools=_optional_list(payload, "tools"),
+        documents=_optional_list(payload, "documents"),
+        add_generation_prompt=_optional_bool(payload, "add_generation_prompt", True),
+        continue_final_message=_optional_bool(payload, "continue_final_message", False),
+        template_kwargs=kwargs or {},
+        add_special_tokens=_optional_bool(payload, "add_special_tokens", False),
+    )
+
+
+def _checked_messages(messages: list[Any]) -> list[dict[str, Any]]:
     for index, message in enumerate(messages):
         param = f"messages[{index}]"
         if not isinstance(message, dict):
@@ -243,25 +275,33 @@ def _chat_prompt(payload: Mapping[str, Any]) -> str:
             raise errors.invalid_type(f"{param}.content", "a string or an array", content)
         if isinstance(content, list) and not all(isinstance(p, dict) for p in content):
             raise errors.invalid_type(f"{param}.content", "an array of content parts", content)
-    return render_chat(messages)
+    return messages
 
 
-def _completion_prompt(payload: Mapping[str, Any]) -> tuple[str, tuple[int, ...] | None]:
+def _completion_prompt(payload: Mapping[str, Any]) -> Prompt:
     """``prompt`` as text, or as token ids when the client sent ids (OpenAI allows both)."""
     prompt = payload.get("prompt")
     if prompt is None:
         raise errors.missing_parameter("prompt")
+    special = _optional_bool(payload, "add_special_tokens", True)
     if isinstance(prompt, str):
-        return prompt, None
+        return TextPrompt(prompt, special)
     if isinstance(prompt, list) and prompt:
         if all(isinstance(p, str) for p in prompt):
             # A batch of prompts: route on the first; the replica answers all of them.
-            return str(prompt[0]), None
+            return TextPrompt(str(prompt[0]), special)
         if all(isinstance(p, int) and not isinstance(p, bool) for p in prompt):
-            return "", tuple(prompt)
+            return TokenPrompt(tuple(prompt))
     raise errors.invalid_type(
         "prompt", "a string, an array of strings or an array of token ids", prompt
     )
+
+
+def _optional_list(payload: Mapping[str, Any], name: str) -> list[Any] | None:
+    value = payload.get(name)
+    if value is not None and not isinstance(value, list):
+        raise errors.invalid_type(name, "an array", value)
+    return value
 
 
 def _optional_bool(payload: Mapping[str, Any], name: str, default: bool) -> bool:

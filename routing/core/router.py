@@ -8,7 +8,9 @@ one ``ProbeMark`` per replica for selective pushing, and the in-flight ledger.
 A replica is a *candidate* for a request when it serves the model, is healthy,
 was not already tried for this request, and is *available* under the model's
 pushing mode (``routing.core.availability``: SP-P by default, SP-O or blind;
-SkyLB §3.3).  The policy only ever chooses among candidates.
+SkyLB §3.3).  For a request naming a LoRA adapter, candidates narrow to the best
+affinity tier (``routing.core.lora``).  The policy only ever chooses among
+candidates.
 
 ``select`` reports why nothing was picked, because the caller answers
 differently: no healthy replica at all → try a peer, else 503; healthy but
@@ -34,6 +36,7 @@ from routing.core.availability import (
 )
 from routing.core.engine_metrics import EngineLoad
 from routing.core.leases import InflightLedger, Lease
+from routing.core.lora import lora_affinity
 from routing.core.policy import Policy
 from routing.core.topology import ModelSpec, ReplicaSpec
 from routing.core.types import RequestDescriptor, TargetState
@@ -177,7 +180,9 @@ class LocalRouter:
         now = self.clock()
         available = [t for t in healthy if self.is_available(t, now)]
         entry = self._policies.get(request.model)
-        target = entry[1].select(request, available) if entry and available else None
+        # LoRA affinity narrows what every policy chooses from (routing.core.lora).
+        preferred = lora_affinity(available, request.lora)
+        target = entry[1].select(request, preferred) if entry and preferred else None
         return Selection(target, len(healthy), len(available))
 
     def any_available(self, model: str) -> bool:
@@ -245,6 +250,7 @@ class LocalRouter:
         target.healthy = True
         target.consecutive_failures = 0
         target.running, target.waiting, target.kv_usage = load.running, load.waiting, load.kv_usage
+        target.lora = load.lora
         if load.prefix_hit_rate is not None:
             target.extra["prefix_hit_rate"] = load.prefix_hit_rate
         mark = self._marks.get(name)

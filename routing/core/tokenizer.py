@@ -7,11 +7,13 @@ whitespace before it, or one punctuation character with the whitespace before
 it.  Ids are a stable hash of the token text, so no vocabulary file is needed
 and the same text gives the same ids in every process and on every machine.
 
-A user with a real model can plug in its HuggingFace ``tokenizer.json`` through
-``HuggingFaceTokenizer`` (needs the optional ``tokenizers`` package).
+``HuggingFaceTokenizer`` loads a HuggingFace ``tokenizer.json`` instead (the
+emulator's ``--tokenizer-json``, the balancer's ``MERIDIAN_TOKENIZER_JSON``).
 
 Chat requests are rendered with one fixed template (``render_chat``) before
-tokenizing, again so that both sides see identical prompts.
+tokenizing, again so that both sides see identical prompts.  This module is the
+balancer's *fallback*: a model with its own tokenizer files configured is
+tokenized and rendered by ``routing.core.model_tokenizer`` instead.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ import re
 import zlib
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol
+
+from tokenizers import Tokenizer as _HFTokenizer
 
 # Leading whitespace belongs to the token that follows it (as in GPT-2's "Ġword").
 # (The leading \s* is factored out of the alternation: same pieces, one less
@@ -80,18 +84,13 @@ class HuggingFaceTokenizer:
     """A HuggingFace ``tokenizer.json`` loaded through the ``tokenizers`` package."""
 
     def __init__(self, path: str) -> None:
-        try:
-            from tokenizers import Tokenizer as _HFTokenizer
-        except ImportError as exc:  # pragma: no cover - exercised only without the extra
-            raise RuntimeError(
-                "a tokenizer.json was configured but the 'tokenizers' package is not "
-                "installed: pip install 'meridian[hf]'"
-            ) from exc
         self._tok = _HFTokenizer.from_file(path)
         self.name = f"hf:{path}"
 
     def encode(self, text: str) -> list[int]:
-        return list(self._tok.encode(text, add_special_tokens=False).ids)
+        # The batch call releases the GIL (routing.core.model_tokenizer explains why).
+        (encoding,) = self._tok.encode_batch([text], add_special_tokens=False)
+        return list(encoding.ids)
 
     def count(self, text: str) -> int:
         return len(self.encode(text))

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from routing.core.engine_metrics import LoraInfo
+
 
 @dataclass(frozen=True, slots=True)
 class RequestDescriptor:
@@ -39,4 +41,6 @@ class TargetState:
     waiting: int = 0
     kv_usage: float = 0.0
     consecutive_failures: int = 0
+    # The adapters the engine is using, from vllm:lora_requests_info (None: not exported).
+    lora: LoraInfo | None = None
     extra: dict[str, float] = field(default_factory=dict)

@@ -23,7 +23,9 @@ from django.views.decorators.csrf import csrf_exempt
 from fleet.models import hash_api_key
 from routing.calls import HOP_HEADER, ROUTE_FORWARDED_IN, ROUTE_LOCAL, ProxyCall
 from routing.core import errors
+from routing.core.chat_template import TemplateError
 from routing.core.errors import ApiError
+from routing.core.lora import UnknownModelError, resolve_model
 from routing.core.openai_request import Endpoint, describe, parse_request, session_key
 from routing.errors import error_response
 from routing.process import current_runtime, get_runtime
@@ -46,7 +48,7 @@ async def proxy(request: HttpRequest, endpoint: Endpoint) -> HttpResponseBase:
         if request.method != "POST":
             raise errors.method_not_allowed(request.method or "?", "POST")
         runtime = await get_runtime()
-        call = admit(request, runtime, endpoint, arrived=arrived, request_id=request_id)
+        call = await admit(request, runtime, endpoint, arrived=arrived, request_id=request_id)
         model = call.request.model
         return await runtime.dispatcher.dispatch(call)
     except ApiError as error:
@@ -90,7 +92,7 @@ def read_body(request: HttpRequest, limit: int) -> bytes:
     return body
 
 
-def admit(
+async def admit(
     request: HttpRequest,
     runtime: BalancerRuntime,
     endpoint: Endpoint,
@@ -102,18 +104,30 @@ def admit(
     body = read_body(request, runtime.config.max_body_bytes)
     parsed = parse_request(body, endpoint)
     snapshot = runtime.snapshot
-    if snapshot is None or parsed.model not in snapshot.models:
-        raise errors.model_not_found(parsed.model)
-    forwarded = bool(request.headers.get(HOP_HEADER))
+    try:
+        # An adapter name routes among its base model's replicas (routing.core.lora).
+        model, adapter = resolve_model(
+            parsed.model, snapshot.models if snapshot else (), runtime.config.lora_adapters
+        )
+    except UnknownModelError:
+        raise errors.model_not_found(parsed.model) from None
+    try:
+        tokens = await runtime.encoders.tokens(model, parsed.prompt)
+    except TemplateError as exc:
+        # The engine would refuse the conversation the same way (vLLM answers 400).
+        raise errors.invalid_value("messages", f"The chat template refused it: {exc}") from None
     descriptor = describe(
         parsed,
-        runtime.tokenizer,
+        tokens,
         request_id=request_id,
         session_key=session_key(
             parsed, request.headers.get("X-Session-ID"), request.META.get("REMOTE_ADDR")
         ),
-        scheme=runtime.block_schemes.scheme(parsed.model),
-        forwarded=forwarded,
+        # The base model's scheme: its replicas report the block size.
+        scheme=runtime.block_schemes.scheme(model),
+        forwarded=bool(request.headers.get(HOP_HEADER)),
+        model=model,
+        lora=adapter,
     )
     return ProxyCall(parsed, descriptor, body, authorization, request_id, arrived)
 

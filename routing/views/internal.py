@@ -36,7 +36,9 @@ from django.http import HttpRequest, HttpResponse, HttpResponseBase, JsonRespons
 from django.views.decorators.csrf import csrf_exempt
 
 from routing.core import errors
+from routing.core.engine_metrics import LoraInfo
 from routing.core.errors import ApiError
+from routing.core.prompts import describe_source
 from routing.errors import error_response
 from routing.process import get_runtime
 from routing.telemetry import QUEUE_CANCELLED, QUEUE_PLACED, QUEUE_TIMEOUT, QueueSnapshot
@@ -177,6 +179,9 @@ def _model_row(rt: BalancerRuntime, model: str) -> dict[str, Any]:
         "pushing": rt.router.pushing(model).mode.value,
         "queue_max_len": spec.queue_max_len if spec else None,
         "queue_max_wait_s": spec.queue_max_wait_s if spec else None,
+        # Where routing's tokens come from: the model's own files, or "fallback".
+        "tokens": describe_source(rt.encoders.for_model(model)),
+        "lora_adapters": sorted(a for a, base in rt.config.lora_adapters.items() if base == model),
         # Which block size and scheme key this model's blocks, and where the size came from.
         "block_identity": rt.block_schemes.view(model),
     }
@@ -201,6 +206,7 @@ def _replica_row(rt: BalancerRuntime, name: str) -> dict[str, Any]:
         "waiting": target.waiting,
         "unconfirmed_pushes": mark.unconfirmed if mark else 0,
         "kv_usage": target.kv_usage,
+        "lora": _lora_view(target.lora),
         "prefix_hit_rate": target.extra.get("prefix_hit_rate"),
         "consecutive_failures": target.consecutive_failures,
         "requests": usage.requests,
@@ -208,4 +214,14 @@ def _replica_row(rt: BalancerRuntime, name: str) -> dict[str, Any]:
         "cached_tokens": usage.cached_tokens,
         "completion_tokens": usage.completion_tokens,
         "cached_token_ratio": usage.cached_ratio,
+    }
+
+
+def _lora_view(info: LoraInfo | None) -> dict[str, Any] | None:
+    if info is None:
+        return None
+    return {
+        "running": sorted(info.running),
+        "waiting": sorted(info.waiting),
+        "max_lora": info.max_lora,
     }

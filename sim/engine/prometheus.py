@@ -35,21 +35,48 @@ def _histogram(lines: list[str], name: str, help_: str, hist: Histogram, model: 
     _metric(lines, name, "histogram", help_, samples)
 
 
-def _lora_info(lines: list[str], engine: Engine) -> None:
+class LoraInfoGauge:
     """vLLM's ``lora_requests_info``: adapters in use as labels, the time as the value.
 
-    Gateways with LoRA affinity (Higress, the Gateway API inference extension)
-    read the labels of the sample with the latest value.
+    vLLM sets the gauge with ``labels(...).set_to_current_time()``, and
+    ``prometheus_client`` keeps every label set it was ever given: the page lists
+    one series per past combination of running and waiting adapters, and the
+    current one is the series with the latest time.  Gateways with LoRA affinity
+    (the Gateway API inference extension, Higress, Meridian) read that one.  The
+    emulator records the combination at each scrape (vLLM at each logged step)
+    and keeps the newest ``MAX_SERIES`` label sets, so the page stays bounded.
     """
+
+    MAX_SERIES = 64
+
+    def __init__(self) -> None:
+        self._series: dict[tuple[str, str], float] = {}
+
+    def record(self, running: set[str], waiting: set[str], now: float) -> None:
+        key = (",".join(sorted(running)), ",".join(sorted(waiting)))
+        self._series.pop(key, None)
+        self._series[key] = now
+        while len(self._series) > self.MAX_SERIES:
+            del self._series[next(iter(self._series))]
+
+    def lines(self, max_loras: int) -> list[str]:
+        name = "vllm:lora_requests_info"
+        return [
+            f'{name}{{max_lora="{max_loras}",running_lora_adapters="{running}",'
+            f'waiting_lora_adapters="{waiting}"}} {at!r}'
+            for (running, waiting), at in self._series.items()
+        ]
+
+
+def _lora_info(lines: list[str], engine: Engine, gauge: LoraInfoGauge) -> None:
     running, waiting = engine.lora_adapters()
-    labels = (
-        f'{{max_lora="{engine.config.max_loras}",'
-        f'running_lora_adapters="{",".join(sorted(running))}",'
-        f'waiting_lora_adapters="{",".join(sorted(waiting))}"}}'
-    )
-    name = "vllm:lora_requests_info"
+    gauge.record(running, waiting, time.time())
     _metric(
-        lines, name, "gauge", "Running stats on lora requests.", [f"{name}{labels} {time.time()!r}"]
+        lines,
+        "vllm:lora_requests_info",
+        "gauge",
+        "Running stats on lora requests.",
+        gauge.lines(engine.config.max_loras),
     )
 
 
@@ -71,8 +98,9 @@ def _cache_config_info(lines: list[str], engine: Engine) -> None:
     )
 
 
-def render_metrics(engine: Engine, model: str) -> str:
-    """The replica's ``/metrics`` body."""
+def render_metrics(engine: Engine, model: str, lora_info: LoraInfoGauge | None = None) -> str:
+    """The replica's ``/metrics`` body; ``lora_info`` when it serves adapters (vLLM
+    exports ``lora_requests_info`` only with ``--enable-lora``)."""
     stats = engine.stats
     lab = _labels(model)
     lines: list[str] = []
@@ -104,7 +132,8 @@ def render_metrics(engine: Engine, model: str) -> str:
         for r in FinishReason
     ]
     _metric(lines, "vllm:request_success", "counter", "Count of finished requests.", success)
-    _lora_info(lines, engine)
+    if lora_info is not None:
+        _lora_info(lines, engine, lora_info)
     _cache_config_info(lines, engine)
     _histogram(
         lines, "vllm:time_to_first_token_seconds", "Time to first token in seconds.",

@@ -27,6 +27,10 @@ def test_quick_run_prints_a_row_per_policy_and_every_table() -> None:
     # One row per structure, and each stayed within its configured bound.
     assert [m[0] for m in memory] == ["skylb", "sglang", "cache"]
     assert all(m[-1] == "yes" for m in memory)
+    # The whole decision: model tokenizer and fallback for each of the three prompt sizes.
+    decisions = [line.split() for line in lines if line.split()[:1] in (["model"], ["fallback"])]
+    assert [d[0] for d in decisions] == ["model", "fallback"] * 3
+    assert all(len(d) == 7 and int(d[-1]) > 0 for d in decisions)
 
 
 def test_unknown_policies_are_refused() -> None:

@@ -10,8 +10,16 @@ import pytest
 from routing.core.block_identity import BlockIdentityMode, BlockScheme
 from routing.core.blocks import BLOCK_SIZE, block_hashes
 from routing.core.errors import ApiError
-from routing.core.openai_request import Endpoint, describe, parse_request, session_key
+from routing.core.openai_request import (
+    CompletionRequest,
+    Endpoint,
+    describe,
+    parse_request,
+    session_key,
+)
+from routing.core.prompts import ChatPrompt, FallbackEncoder, prompt_text, prompt_tokens
 from routing.core.tokenizer import WordTokenizer, render_chat
+from routing.core.types import RequestDescriptor
 
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hello"}]}
 
@@ -60,7 +68,8 @@ def test_completions_need_a_prompt_of_a_known_shape() -> None:
 
 def test_chat_request_is_rendered_with_the_replicas_template() -> None:
     parsed = parse_request(_body({**CHAT, "stream": True}), Endpoint.CHAT)
-    assert parsed.prompt_text == render_chat(CHAT["messages"])
+    assert isinstance(parsed.prompt, ChatPrompt)
+    assert prompt_text(parsed.prompt, FallbackEncoder()) == render_chat(CHAT["messages"])
     assert parsed.stream and not parsed.client_wants_usage
 
 
@@ -81,7 +90,7 @@ def test_descriptor_tokenizes_once_and_hashes_full_blocks_with_the_seed() -> Non
     tokens = WordTokenizer().encode(text)
     d = describe(
         parsed,
-        WordTokenizer(),
+        tokens,
         request_id="r",
         session_key="s",
         scheme=BlockScheme(meridian_seed="seed"),
@@ -91,9 +100,10 @@ def test_descriptor_tokenizes_once_and_hashes_full_blocks_with_the_seed() -> Non
     assert d.block_hashes == tuple(block_hashes(tokens, seed="seed"))
     assert len(d.block_hashes) == 40 // BLOCK_SIZE
     assert (d.model, d.max_tokens, d.session_key, d.forwarded) == ("m", 7, "s", True)
+    assert prompt_tokens(parsed.prompt, FallbackEncoder()) == tokens
     other = describe(
         parsed,
-        WordTokenizer(),
+        tokens,
         request_id="r",
         session_key="s",
         scheme=BlockScheme(meridian_seed="x"),
@@ -104,9 +114,10 @@ def test_descriptor_tokenizes_once_and_hashes_full_blocks_with_the_seed() -> Non
 
 def test_token_id_prompts_are_used_as_is() -> None:
     parsed = parse_request(_body({"model": "m", "prompt": list(range(33))}), Endpoint.COMPLETIONS)
+    tokens = prompt_tokens(parsed.prompt, FallbackEncoder())
     d = describe(
         parsed,
-        WordTokenizer(),
+        tokens,
         request_id="r",
         session_key="",
         scheme=BlockScheme(meridian_seed="s"),
@@ -157,14 +168,7 @@ def test_every_route_describes_its_prompt_for_routing() -> None:
         Endpoint.RERANK: {"model": "m", "query": text, "documents": ["a"]},
     }
     described = {
-        endpoint: describe(
-            parse_request(_body(body), endpoint),
-            tokenizer,
-            request_id="r",
-            session_key="s",
-            scheme=BlockScheme(meridian_seed="seed"),
-            forwarded=False,
-        )
+        endpoint: _described(parse_request(_body(body), endpoint))
         for endpoint, body in bodies.items()
     }
     assert described[Endpoint.EMBEDDINGS].prompt_tokens == 40
@@ -179,6 +183,49 @@ def test_every_route_describes_its_prompt_for_routing() -> None:
         0,
         (),
     )
+
+
+def _described(parsed: CompletionRequest) -> RequestDescriptor:
+    tokens = prompt_tokens(parsed.prompt, FallbackEncoder())
+    return describe(
+        parsed,
+        tokens,
+        request_id="r",
+        session_key="s",
+        scheme=BlockScheme(meridian_seed="seed"),
+        forwarded=False,
+    )
+
+
+def test_chat_options_follow_vllms_defaults_and_are_checked() -> None:
+    plain = parse_request(_body(CHAT), Endpoint.CHAT).prompt
+    assert isinstance(plain, ChatPrompt)
+    assert (plain.add_generation_prompt, plain.add_special_tokens, plain.tools) == (
+        True,
+        False,
+        None,
+    )
+    tools = [{"type": "function", "function": {"name": "f"}}]
+    body = {
+        **CHAT,
+        "tools": tools,
+        "add_generation_prompt": False,
+        "chat_template_kwargs": {"x": 1},
+    }
+    custom = parse_request(_body(body), Endpoint.CHAT).prompt
+    assert isinstance(custom, ChatPrompt)
+    assert (custom.tools, custom.add_generation_prompt, custom.template_kwargs) == (
+        tools,
+        False,
+        {"x": 1},
+    )
+    assert _refusal({**CHAT, "tools": "f"}).param == "tools"
+    assert _refusal({**CHAT, "chat_template_kwargs": []}).param == "chat_template_kwargs"
+    # Embedding chat renders without a generation prompt, as vLLM's embedding route does.
+    embedded = parse_request(
+        _body({"model": "m", "messages": CHAT["messages"]}), Endpoint.EMBEDDINGS
+    )
+    assert isinstance(embedded.prompt, ChatPrompt) and not embedded.prompt.add_generation_prompt
 
 
 def test_only_chat_and_completions_streams_get_the_usage_option() -> None:
@@ -213,14 +260,9 @@ def test_empty_stream_options_without_a_stream_pass_as_vllm_lets_them() -> None:
 def test_the_descriptor_keys_blocks_under_the_models_scheme() -> None:
     parsed = parse_request(_body({"model": "m", "prompt": list(range(70))}), Endpoint.COMPLETIONS)
     scheme = BlockScheme(BlockIdentityMode.VLLM, block_size=32)
+    tokens = list(range(70))
     d = describe(
-        parsed,
-        WordTokenizer(),
-        request_id="r",
-        session_key="",
-        scheme=scheme,
-        forwarded=False,
-        adapter="sql",
+        parsed, tokens, request_id="r", session_key="", scheme=scheme, forwarded=False, lora="sql"
     )
-    assert d.block_hashes == tuple(scheme.keys(list(range(70)), "sql"))
+    assert d.block_hashes == tuple(scheme.keys(tokens, "sql"))
     assert len(d.block_hashes) == 2  # 70 tokens: two full 32-token blocks

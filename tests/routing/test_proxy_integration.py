@@ -334,6 +334,9 @@ def test_metrics_and_state_describe_the_balancer(idle: Region) -> None:
             "pushing": "sp-p",
             "queue_max_len": 0,
             "queue_max_wait_s": 30.0,
+            # No tokenizer files configured: routing says it uses the fallback.
+            "tokens": {"tokenizer": "fallback", "chat_template": "fallback"},
+            "lora_adapters": [],
             # The emulated replicas' vllm:cache_config_info gave the block size.
             "block_identity": {
                 "mode": "token_ids",

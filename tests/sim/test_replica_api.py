@@ -47,6 +47,9 @@ def test_a_lora_adapter_is_served_and_reported(served: ServedReplicas) -> None:
     assert completion.model == "sql-expert"
     text = httpx.get(f"{served.urls['b']}/metrics").text
     assert 'vllm:lora_requests_info{max_lora="4",running_lora_adapters=""' in text
+    # The balancer reads the emulator's series as it reads vLLM's: the latest label set.
+    info = parse_engine_load(text).lora
+    assert info is not None and (info.max_lora, info.active) == (4, frozenset())
 
 
 def test_streaming_chat_with_usage_through_the_openai_client(served: ServedReplicas) -> None:

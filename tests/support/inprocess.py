@@ -20,7 +20,7 @@ from routing.calls import ProxyCall
 from routing.core.block_identity import BlockScheme
 from routing.core.openai_request import Endpoint, describe, parse_request
 from routing.core.peers import Heartbeat
-from routing.core.tokenizer import WordTokenizer
+from routing.core.prompts import FallbackEncoder, prompt_tokens
 from routing.core.topology import ModelSpec, PeerSpec, ReplicaSpec, TopologySnapshot
 from routing.runtime import BalancerConfig, BalancerRuntime
 from tests.support.balancers import MODEL
@@ -95,7 +95,7 @@ def proxy_call(*, stream: bool = False, forwarded: bool = False, rid: str = "rid
     request = parse_request(raw, Endpoint.CHAT)
     descriptor = describe(
         request,
-        WordTokenizer(),
+        prompt_tokens(request.prompt, FallbackEncoder()),
         request_id=rid,
         session_key="10.0.0.9",
         scheme=BlockScheme(),

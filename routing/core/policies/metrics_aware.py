@@ -7,11 +7,11 @@ narrowing the candidate set, then the least loaded of what is left:
 1. **Queue** — keep targets whose waiting queue (``vllm:num_requests_waiting``)
    is at most ``queue_threshold`` (the extension's ``queueThresholdCritical``,
    5): a queued request means a full batch, the same signal as SkyLB's SP-P.
-2. **LoRA affinity** — for a request naming an adapter, keep targets that
-   have it loaded, so it is not swapped in (an adapter load costs a prefill's
-   worth of latency and evicts another adapter).  A target advertises loaded
-   adapters as ``TargetState.extra["lora:<name>"] = 1.0`` (from vLLM's
-   ``vllm:lora_requests_info`` ``running_lora_adapters`` label, or configured).
+2. **LoRA affinity** — for a request naming an adapter, keep targets in the
+   best tier of ``routing.core.lora`` (adapter active, else room to load it),
+   so it is not swapped in (an adapter load costs a prefill's worth of latency
+   and evicts another adapter).  The router already narrows every policy's
+   candidates this way; here the order matters: a full queue outranks affinity.
 3. **KV** — keep targets whose KV-cache usage (``vllm:kv_cache_usage_perc``)
    is at most ``kv_usage_threshold`` (0.8), which still have room to admit.
 
@@ -28,19 +28,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from routing.core.lora import ACTIVE, ROOM, adapter_tier
 from routing.core.policy import PolicyBase, least_loaded
 from routing.core.types import RequestDescriptor, TargetState
-
-LORA_PREFIX = "lora:"
-
-
-def lora_key(adapter: str) -> str:
-    """The ``TargetState.extra`` key that marks ``adapter`` as loaded on a target."""
-    return f"{LORA_PREFIX}{adapter}"
-
-
-def has_adapter(target: TargetState, adapter: str) -> bool:
-    return target.extra.get(lora_key(adapter), 0.0) > 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,7 +63,8 @@ class MetricsAwarePolicy(PolicyBase):
         chain: list[Filter] = [lambda t: t.waiting <= cfg.queue_threshold]
         adapter = request.lora
         if adapter:
-            chain.append(lambda t: has_adapter(t, adapter))
+            chain.append(lambda t: adapter_tier(t, adapter) == ACTIVE)
+            chain.append(lambda t: adapter_tier(t, adapter) <= ROOM)
         chain.append(lambda t: t.kv_usage <= cfg.kv_usage_threshold)
         return chain
 

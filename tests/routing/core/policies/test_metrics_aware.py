@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
-from routing.core.policies.metrics_aware import MetricsAwarePolicy, lora_key
+from routing.core.engine_metrics import LoraInfo
+from routing.core.policies.metrics_aware import MetricsAwarePolicy
 from tests.support.descriptors import request, target
+
+# A replica running the "sql" adapter with no room for another.
+SQL_ONLY = LoraInfo(running=frozenset({"sql"}), max_lora=1)
 
 
 def test_targets_with_a_queue_or_full_kv_are_avoided() -> None:
@@ -16,7 +20,7 @@ def test_targets_with_a_queue_or_full_kv_are_avoided() -> None:
 
 def test_the_adapter_is_preferred_where_it_is_loaded() -> None:
     policy = MetricsAwarePolicy()
-    loaded = target("loaded", outstanding=3, extra={lora_key("sql"): 1.0})
+    loaded = target("loaded", outstanding=3, lora=SQL_ONLY)
     cold = target("cold")
     assert policy.select(request(lora="sql"), [cold, loaded]) is loaded
     assert policy.select(request(lora="chat"), [cold, loaded]) is cold
@@ -26,7 +30,7 @@ def test_the_adapter_is_preferred_where_it_is_loaded() -> None:
 def test_queue_limit_beats_adapter_affinity() -> None:
     # An overloaded adapter holder loses to an idle target that would have to load it.
     policy = MetricsAwarePolicy()
-    loaded = target("loaded", waiting=20, extra={lora_key("sql"): 1.0})
+    loaded = target("loaded", waiting=20, lora=SQL_ONLY)
     cold = target("cold")
     assert policy.select(request(lora="sql"), [loaded, cold]) is cold
 
