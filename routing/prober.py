@@ -28,12 +28,12 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import httpx
 
 from routing.core.block_identity import ModelBlockSchemes
-from routing.core.engine_metrics import MetricsFormatError, parse_engine_load
+from routing.core.engine_metrics import EngineLoad, MetricsFormatError, parse_engine_load
 from routing.core.router import LocalRouter
 from routing.core.types import TargetState
 from routing.telemetry import BalancerMetrics
@@ -60,6 +60,8 @@ class ReplicaProber:
         self.timeout_s = timeout_s
         self.failure_threshold = failure_threshold
         self._in_flight: dict[str, asyncio.Task[None]] = {}
+        # Also told of every successful probe (the KV-event stream's health check).
+        self.on_load: Callable[[str, EngineLoad], None] | None = None
 
     async def probe_all(self) -> None:
         targets = self.router.targets()
@@ -99,6 +101,8 @@ class ReplicaProber:
         was_healthy = target.healthy
         self.schemes.observe_engine(target.model, load.block_size, load.hash_algo)
         self.router.record_probe(target.target_id, load)
+        if self.on_load is not None:
+            self.on_load(target.target_id, load)
         if not was_healthy:
             logger.info("replica %s healthy again", target.target_id)
 

@@ -43,6 +43,7 @@ import httpx
 from django.conf import settings
 from django.db import DatabaseError
 
+from routing.cache_view import CacheViewMonitor
 from routing.core import errors
 from routing.core.block_identity import (
     BLOCK_IDENTITY_KEY,
@@ -50,8 +51,10 @@ from routing.core.block_identity import (
     ModelBlockSchemes,
     parse_block_identity,
 )
+from routing.core.cache_view_check import MismatchConfig
 from routing.core.dispatch import DispatchCore, Ticket
 from routing.core.kv_events import split_kv_event_params
+from routing.core.kv_stream_health import SilenceConfig
 from routing.core.peers import Heartbeat
 from routing.core.pending_queue import RegionalQueues
 from routing.core.policy import Policy
@@ -108,6 +111,10 @@ class BalancerConfig:
     availability_ttl_s: float = 2.0
     internal_token: str = ""
     kv_events_batch_s: float = 0.1
+    kv_silent_probes: int = 10
+    mismatch_window: int = 50
+    mismatch_min_requests: int = 10
+    mismatch_threshold: float = 0.5
     model_tokenizers: Mapping[str, str] = field(default_factory=dict)
     lora_adapters: Mapping[str, str] = field(default_factory=dict)
     tokenize_thread_chars: int = 16384
@@ -140,6 +147,10 @@ class BalancerConfig:
             availability_ttl_s=s.MERIDIAN_AVAILABILITY_TTL_S,
             internal_token=s.MERIDIAN_INTERNAL_TOKEN,
             kv_events_batch_s=s.MERIDIAN_KV_EVENTS_BATCH_S,
+            kv_silent_probes=s.MERIDIAN_KV_SILENT_PROBES,
+            mismatch_window=s.MERIDIAN_CACHE_MISMATCH_WINDOW,
+            mismatch_min_requests=s.MERIDIAN_CACHE_MISMATCH_MIN_REQUESTS,
+            mismatch_threshold=s.MERIDIAN_CACHE_MISMATCH_THRESHOLD,
             model_tokenizers=dict(s.MERIDIAN_MODEL_TOKENIZERS),
             lora_adapters=dict(s.MERIDIAN_LORA_ADAPTERS),
             tokenize_thread_chars=s.MERIDIAN_TOKENIZE_THREAD_CHARS,
@@ -235,6 +246,23 @@ class BalancerRuntime:
             connect_timeout_s=config.connect_timeout_s, read_timeout_s=config.read_timeout_s
         )
         self.partition = PeerPartition()  # drill_partition's fault, empty otherwise
+        self.kv = KVEventConsumer(
+            self.client,
+            self.router,
+            timeout_s=config.probe_timeout_s,
+            silence=SilenceConfig(probes=config.kv_silent_probes),
+            schemes=self.block_schemes,
+        )
+        self.prober.on_load = self.kv.observe_probe
+        self.cache_view = CacheViewMonitor(
+            self.kv,
+            self.metrics,
+            MismatchConfig(
+                window=config.mismatch_window,
+                min_requests=config.mismatch_min_requests,
+                threshold=config.mismatch_threshold,
+            ),
+        )
         self.dispatcher = Dispatcher(
             self.core,
             self.pump,
@@ -242,12 +270,7 @@ class BalancerRuntime:
             self.metrics,
             balancer=config.balancer,
             loop=loop,
-        )
-        self.kv = KVEventConsumer(
-            self.client,
-            self.router,
-            timeout_s=config.probe_timeout_s,
-            schemes=self.block_schemes,
+            cache_view=self.cache_view,
         )
         self.poller = AvailabilityPoller(
             self._report_fetch(), self.remote, on_error=self.metrics.availability_errors.inc
@@ -347,6 +370,7 @@ class BalancerRuntime:
     def adopt(self, snapshot: TopologySnapshot) -> None:
         """Make ``snapshot`` the topology of both layers and of the queues (no await)."""
         self.router.apply(snapshot.replicas, snapshot.models)
+        self.cache_view.retain([r.name for r in snapshot.replicas])
         self.remote.apply(snapshot.peers, snapshot.models)
         for model, spec in snapshot.models.items():
             config = _block_identity_or_default(model, spec.policy_params)
@@ -396,6 +420,7 @@ class BalancerRuntime:
         ]
 
     def render_metrics(self) -> str:
+        self.metrics.set_cache_health(self.kv.health.states, self.cache_view.detector.items())
         return self.metrics.render(self.router, self.remote, self.queue_snapshots())
 
     async def close(self) -> None:

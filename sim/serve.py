@@ -4,6 +4,7 @@
         --model meridian-demo --profile l4-llama3.1-8b --time-scale 0.05 \\
         --num-blocks 2048 --max-num-seqs 64 --max-num-batched-tokens 2048 \\
         --host 127.0.0.1 [--block-size 16] [--kv-events-port-base 5557] \\
+        [--kv-events-replay-port-base 5657] [--kv-events-host '*'] \\
         [--tokenizer-json PATH] [--fault us-b=slow] [--lora NAME ...] [--max-loras 4] \\
         [--runner generate|pooling] [--embedding-size 384] [--max-logprobs 20] \\
         [--tool-call-parser NAME] [--enable-auto-tool-choice]
@@ -11,7 +12,11 @@
 Each replica is its own ``Engine`` behind its own uvicorn server; they share
 one event loop (the demo runs nine of them on two cores, and an idle engine
 only waits on an event).  With ``--kv-events-port-base N`` replica *i* (in
-command-line order) publishes KV events on ``tcp://HOST:N+i``.  SIGTERM or
+command-line order) publishes KV events on ``tcp://*:N+i`` and, with
+``--kv-events-replay-port-base M``, answers replay requests on ``tcp://*:M+i``.
+``--kv-events-host 127.0.0.1`` writes the endpoint with that host instead, which,
+as in vLLM, makes the publisher connect rather than bind (the setup trap, for
+tests of the balancer's warning).  SIGTERM or
 SIGINT stops every server and exits 0.  ``--lora NAME`` serves an emulated LoRA
 adapter: requests naming it as their model hash their blocks with the adapter
 name as the extra key (so they share cache only with the same adapter), and
@@ -136,6 +141,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--seed", type=int, default=0, help="seed of the output-length model")
     p.add_argument("--kv-events-port-base", type=int, default=None)
+    p.add_argument("--kv-events-replay-port-base", type=int, default=None)
+    p.add_argument("--kv-events-host", default="*", help="'*' binds; a host connects (vLLM)")
     p.add_argument("--tokenizer-json", default=None)
     p.add_argument(
         "--lora",
@@ -187,10 +194,6 @@ def build_replicas(args: argparse.Namespace) -> list[Replica]:
     )
     replicas = []
     for index, spec in enumerate(args.replica):
-        publisher = None
-        if args.kv_events_port_base is not None:
-            endpoint = f"tcp://{args.host}:{args.kv_events_port_base + index}"
-            publisher = KVEventPublisher(endpoint)
         replicas.append(
             Replica(
                 spec.name,
@@ -198,7 +201,7 @@ def build_replicas(args: argparse.Namespace) -> list[Replica]:
                 model=args.model,
                 tokenizer=tokenizer,
                 time_scale=args.time_scale,
-                publisher=publisher,
+                publisher=_publisher(args, index),
                 loras=loras,
                 runner=args.runner,
                 server=server,
@@ -206,6 +209,17 @@ def build_replicas(args: argparse.Namespace) -> list[Replica]:
             )
         )
     return replicas
+
+
+def _publisher(args: argparse.Namespace, index: int) -> KVEventPublisher | None:
+    """Replica ``index``'s KV-event publisher, written the way vLLM's config is."""
+    if args.kv_events_port_base is None:
+        return None
+    endpoint = f"tcp://{args.kv_events_host}:{args.kv_events_port_base + index}"
+    replay = None
+    if args.kv_events_replay_port_base is not None:
+        replay = f"tcp://*:{args.kv_events_replay_port_base + index}"
+    return KVEventPublisher(endpoint, replay_endpoint=replay)
 
 
 def _make_server(replica: Replica, host: str, port: int) -> _QuietServer:

@@ -20,7 +20,9 @@ from routing.core.kv_events import REMOVED, STORED, CacheEvent, EventBatch
 from routing.core.policies.cache_map import CacheMapPolicy
 from routing.core.topology import ModelSpec
 from routing.kv_events import ReplicaStream
+from sim.kv_events import KVEventPublisher
 from tests.support.loopback import Received, Reply
+from tests.support.processes import free_port
 from tests.support.upstreams import MODEL, Upstreams
 
 pytestmark = pytest.mark.anyio
@@ -82,14 +84,14 @@ async def test_events_wait_for_the_batch_then_apply_in_order(build_runtime: Any)
     assert rt.kv.view()["replicas"]["a"]["next_sequence"] == 2
 
 
-async def test_a_sequence_gap_resyncs_that_replica_at_once(build_runtime: Any) -> None:
+async def test_a_gap_without_replay_resyncs_that_replica_at_once(build_runtime: Any) -> None:
     snapshots = Snapshots()
     rt = await runtime(build_runtime, snapshots)
     stream = rt.kv.streams["a"]
     rt.kv.accept(stream, batch(0, CacheEvent(STORED, (1,))))
     snapshots.blocks["a"] = ([1, 7, 8], 5)  # what the replica holds after messages 0..4
     rt.kv.accept(stream, batch(3, CacheEvent(STORED, (7,))))  # 1 and 2 were lost
-    await asyncio.wait_for(rt.kv._resyncs["a"], timeout=5)
+    await asyncio.wait_for(rt.kv._heals["a"], timeout=5)
     assert snapshots.fetched == ["a"] and stream.gaps == 1
     # Message 3 was queued before the snapshot (sequence 5) covered it: dropped, not replayed.
     assert stream.pending == []
@@ -171,3 +173,58 @@ async def test_a_changed_block_identity_starts_the_replicas_keys_afresh(
     rt.kv.flush()
     # Engine hashes 1 and 2 are no keys of the new scheme: only the re-keyed block stays.
     assert cache_map(rt).blocks_of("a") == request_keys(rt)[:1]
+
+
+class _Wire:
+    """An event as the emulator's publisher sends it (``KVEvent.as_wire``)."""
+
+    def __init__(self, kind: str, hashes: tuple[int, ...]) -> None:
+        self.kind, self.hashes = kind, hashes
+
+    def as_wire(self) -> list[object]:
+        return [self.kind, list(self.hashes)]
+
+
+async def test_a_gap_is_healed_by_the_publishers_replay_first(build_runtime: Any) -> None:
+    snapshots = Snapshots()
+    rt = await runtime(build_runtime, snapshots)
+    pub_port, replay_port = free_port(), free_port()
+    publisher = KVEventPublisher(f"tcp://*:{pub_port}", replay_endpoint=f"tcp://*:{replay_port}")
+    publisher.start_replay()
+    try:
+        for hashes in ((1,), (2,), (3,), (4,)):  # messages 0..3, as the replica sent them
+            publisher.publish([_Wire(STORED, hashes)])  # type: ignore[list-item]
+        stream = rt.kv.streams["a"]
+        stream.replay_endpoint = f"tcp://127.0.0.1:{replay_port}"
+        rt.kv.accept(stream, batch(0, CacheEvent(STORED, (1,))))
+        rt.kv.accept(stream, batch(3, CacheEvent(STORED, (4,))))  # 1 and 2 were lost
+        await asyncio.wait_for(rt.kv._heals["a"], timeout=10)
+    finally:
+        await publisher.close()
+    assert stream.healed_by == {"replay": 1} and snapshots.fetched == []
+    assert cache_map(rt).blocks_of("a") == [1, 2, 3, 4]  # in the engine's order
+
+
+async def test_with_neither_replay_nor_snapshot_the_replicas_view_is_cleared(
+    build_runtime: Any,
+) -> None:
+    class NoSnapshots(Snapshots):
+        async def answer(self, request: Received) -> Reply:
+            if request.path == "/kv_cache/blocks":
+                return Reply(404, [b'{"detail": "Not Found"}'])
+            return await super().answer(request)
+
+    rt = await runtime(build_runtime, NoSnapshots())
+    stream = rt.kv.streams["a"]
+    rt.kv.accept(stream, batch(0, CacheEvent(STORED, (1, 2))))
+    rt.kv.accept(stream, batch(2, CacheEvent(STORED, (9,))))  # message 1 was lost
+    await asyncio.wait_for(rt.kv._heals["a"], timeout=10)
+    assert stream.healed_by == {"clear": 1}
+    assert cache_map(rt).blocks_of("a") == []  # nothing it believed may be true any more
+    # The next gap skips the snapshot the replica does not serve, and what was queued
+    # after the loss survives the clear.
+    rt.kv.accept(stream, batch(3, CacheEvent(STORED, (7,))))
+    rt.kv.accept(stream, batch(5, CacheEvent(STORED, (10,))))
+    await asyncio.wait_for(rt.kv._heals["a"], timeout=10)
+    assert stream.healed_by == {"clear": 2}
+    assert cache_map(rt).blocks_of("a") == [10]
