@@ -4,7 +4,8 @@ Each round (``MERIDIAN_PROBE_INTERVAL_S``, a few hundred ms) GETs every owned
 replica's ``/metrics`` concurrently on the shared client, parses it with
 ``routing.core.engine_metrics`` and feeds the router: running/waiting/KV usage
 for the policies and for SP-P availability (SkyLB §3.3, Algorithm 1 lines
-3-8), health for candidate filtering.  Every recorded probe wakes the
+3-8), health for candidate filtering, and the engine's block size (from
+``vllm:cache_config_info``) for the model's block scheme.  Every recorded probe wakes the
 regional queue through the router's ``on_change``.
 
 ``MERIDIAN_PROBE_FAILURE_THRESHOLD`` consecutive failures make a replica
@@ -31,6 +32,7 @@ from collections.abc import Callable, Iterable
 
 import httpx
 
+from routing.core.block_identity import ModelBlockSchemes
 from routing.core.engine_metrics import EngineLoad, MetricsFormatError, parse_engine_load
 from routing.core.router import LocalRouter
 from routing.core.types import TargetState
@@ -49,8 +51,10 @@ class ReplicaProber:
         *,
         timeout_s: float,
         failure_threshold: int,
+        schemes: ModelBlockSchemes | None = None,
     ) -> None:
         self.client = client
+        self.schemes = schemes or ModelBlockSchemes()
         self.router = router
         self.metrics = metrics
         self.timeout_s = timeout_s
@@ -95,6 +99,7 @@ class ReplicaProber:
                 )
             return
         was_healthy = target.healthy
+        self.schemes.observe_engine(target.model, load.block_size, load.hash_algo)
         self.router.record_probe(target.target_id, load)
         if self.on_load is not None:
             self.on_load(target.target_id, load)

@@ -45,6 +45,12 @@ from django.db import DatabaseError
 
 from routing.cache_view import CacheViewMonitor
 from routing.core import errors
+from routing.core.block_identity import (
+    BLOCK_IDENTITY_KEY,
+    BlockIdentityConfig,
+    ModelBlockSchemes,
+    parse_block_identity,
+)
 from routing.core.cache_view_check import MismatchConfig
 from routing.core.dispatch import DispatchCore, Ticket
 from routing.core.kv_events import split_kv_event_params
@@ -154,12 +160,23 @@ class BalancerConfig:
 def _policy_or_default(name: str, params: Mapping[str, Any]) -> Policy:
     """A bad ServiceConfig must not take a model offline: log it loudly, route least-load."""
     try:
-        # The KV-event endpoints are the consumer's business, not the policy's.
+        # The KV-event endpoints and the block identity are the consumer's business
+        # (and describe's), not the policy's.
         _, policy_params = split_kv_event_params(params)
+        policy_params.pop(BLOCK_IDENTITY_KEY, None)
         return build_policy(name, policy_params)
     except (UnknownPolicyError, TypeError, ValueError) as exc:
         logger.error("policy %r with %r refused (%s); using least_load", name, params, exc)
         return build_policy("least_load")
+
+
+def _block_identity_or_default(model: str, params: Mapping[str, Any]) -> BlockIdentityConfig:
+    """A bad block identity keeps the default (token_ids), loudly, like a bad policy."""
+    try:
+        return parse_block_identity(params.get(BLOCK_IDENTITY_KEY))
+    except ValueError as exc:
+        logger.error("model %s: %s; using the token_ids block identity", model, exc)
+        return BlockIdentityConfig()
 
 
 def _shared_client(config: BalancerConfig) -> httpx.AsyncClient:
@@ -211,12 +228,14 @@ class BalancerRuntime:
             ttl_s=config.heartbeat_ttl_s,
         )
         self.client = _shared_client(config)
+        self.block_schemes = ModelBlockSchemes(config.hash_seed)
         self.prober = ReplicaProber(
             self.client,
             self.router,
             self.metrics,
             timeout_s=config.probe_timeout_s,
             failure_threshold=config.probe_failure_threshold,
+            schemes=self.block_schemes,
         )
         self.pump = QueuePump(self.core, loop, self.metrics, probe_soon=self.prober.probe_soon)
         self.router.on_change = self.remote.on_change = self.pump.wake
@@ -232,6 +251,7 @@ class BalancerRuntime:
             self.router,
             timeout_s=config.probe_timeout_s,
             silence=SilenceConfig(probes=config.kv_silent_probes),
+            schemes=self.block_schemes,
         )
         self.prober.on_load = self.kv.observe_probe
         self.cache_view = CacheViewMonitor(
@@ -352,6 +372,9 @@ class BalancerRuntime:
         self.router.apply(snapshot.replicas, snapshot.models)
         self.cache_view.retain([r.name for r in snapshot.replicas])
         self.remote.apply(snapshot.peers, snapshot.models)
+        for model, spec in snapshot.models.items():
+            config = _block_identity_or_default(model, spec.policy_params)
+            self.block_schemes.configure(model, config)
         self.queues.configure(
             {m: (spec.queue_max_len, spec.queue_max_wait_s) for m, spec in snapshot.models.items()}
         )

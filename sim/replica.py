@@ -259,7 +259,7 @@ class Replica:
 
     async def _kv_cache_blocks(self, body: bytes, receive: Receive, send: Send) -> None:
         engine = self.engine
-        snapshot = cache_snapshot(engine.pool.cached, engine.events, self.driver.publisher)
+        snapshot = cache_snapshot(engine.pool.stores, engine.events, self.driver.publisher)
         await send_json(send, 200, {"replica": self.name, **snapshot})
 
     # -- faults ----------------------------------------------------------------

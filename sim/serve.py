@@ -3,7 +3,7 @@
     python -m sim.serve --replica us-a=8101 --replica us-b=8102 \\
         --model meridian-demo --profile l4-llama3.1-8b --time-scale 0.05 \\
         --num-blocks 2048 --max-num-seqs 64 --max-num-batched-tokens 2048 \\
-        --host 127.0.0.1 --hash-seed meridian [--kv-events-port-base 5557] \\
+        --host 127.0.0.1 [--block-size 16] [--kv-events-port-base 5557] \\
         [--kv-events-replay-port-base 5657] [--kv-events-host '*'] \\
         [--tokenizer-json PATH] [--fault us-b=slow] [--lora NAME ...] [--max-loras 4] \\
         [--runner generate|pooling] [--embedding-size 384] [--max-logprobs 20] \\
@@ -47,6 +47,7 @@ from typing import Any
 
 import uvicorn
 
+from routing.core.block_identity import VLLM_DEFAULT_SEED, HashAlgo
 from routing.core.tokenizer import build_tokenizer
 from sim.engine import Engine, EngineConfig, Vocabulary, pooling
 from sim.engine.logprobs import DEFAULT_MAX_LOGPROBS
@@ -126,7 +127,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-num-batched-tokens", type=int, default=2048)
     p.add_argument("--max-model-len", type=int, default=8192)
     p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--hash-seed", default="meridian")
+    p.add_argument("--block-size", type=int, default=16, help="tokens per KV block")
+    p.add_argument(
+        "--prefix-caching-hash-algo",
+        choices=[a.value for a in HashAlgo],
+        default=HashAlgo.SHA256.value,
+        help="vLLM's block hash algorithm",
+    )
+    p.add_argument(
+        "--hash-seed",
+        default=VLLM_DEFAULT_SEED,
+        help="vLLM's none-hash seed (what PYTHONHASHSEED sets for a real vLLM)",
+    )
     p.add_argument("--seed", type=int, default=0, help="seed of the output-length model")
     p.add_argument("--kv-events-port-base", type=int, default=None)
     p.add_argument("--kv-events-replay-port-base", type=int, default=None)
@@ -165,6 +177,8 @@ def build_replicas(args: argparse.Namespace) -> list[Replica]:
         max_num_seqs=args.max_num_seqs,
         max_num_batched_tokens=args.max_num_batched_tokens,
         max_model_len=args.max_model_len,
+        block_size=args.block_size,
+        hash_algo=HashAlgo(args.prefix_caching_hash_algo),
         hash_seed=args.hash_seed,
         profile=args.profile,
         seed=args.seed,
