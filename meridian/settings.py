@@ -265,6 +265,17 @@ MERIDIAN_INTERNAL_TOKEN = _internal_token()
 # ~100 ms batches), and the Celery beat period of the full cache-state sync (002 §4.4).
 MERIDIAN_KV_EVENTS_BATCH_S = env_float("MERIDIAN_KV_EVENTS_BATCH_S", 0.1, minimum=0.01)
 MERIDIAN_CACHE_SYNC_PERIOD_S = env_float("MERIDIAN_CACHE_SYNC_PERIOD_S", 5.0, minimum=0.5)
+# Stream health (routing/core/kv_stream_health.py): probe intervals in which a replica
+# misses prefix-cache queries while no KV event arrives before its stream is "silent".
+MERIDIAN_KV_SILENT_PROBES = env_int("MERIDIAN_KV_SILENT_PROBES", 10, minimum=1)
+# Hit-rate mismatch detector (routing/core/cache_view_check.py): over a replica's last
+# WINDOW requests (once MIN_REQUESTS are in), a share of requests above THRESHOLD whose
+# expected and reported cached tokens differ by more than one block means "mismatch".
+MERIDIAN_CACHE_MISMATCH_WINDOW = env_int("MERIDIAN_CACHE_MISMATCH_WINDOW", 50, minimum=1)
+MERIDIAN_CACHE_MISMATCH_MIN_REQUESTS = env_int(
+    "MERIDIAN_CACHE_MISMATCH_MIN_REQUESTS", 10, minimum=1
+)
+MERIDIAN_CACHE_MISMATCH_THRESHOLD = env_float("MERIDIAN_CACHE_MISMATCH_THRESHOLD", 0.5, minimum=0.0)
 # Redis-outage drill: the longest pause it may impose (CLIENT PAUSE is self-healing).
 MERIDIAN_DRILL_REDIS_MAX_S = env_float("MERIDIAN_DRILL_REDIS_MAX_S", 120.0, minimum=1.0)
 

@@ -27,6 +27,7 @@ import time
 
 from django.http import HttpResponse, HttpResponseBase, StreamingHttpResponse
 
+from routing.cache_view import CacheViewMonitor
 from routing.calls import HOP_HEADER, ROUTE_FORWARDED_OUT, ProxyCall
 from routing.core import errors
 from routing.core.dispatch import Decision, DispatchCore, Failure, Refuse, Send, Ticket, Wait
@@ -57,7 +58,9 @@ class Dispatcher:
         *,
         balancer: str,
         loop: asyncio.AbstractEventLoop,
+        cache_view: CacheViewMonitor | None = None,
     ) -> None:
+        self.cache_view = cache_view
         self.core = core
         self.pump = pump
         self.transport = transport
@@ -91,14 +94,15 @@ class Dispatcher:
         ticket, placement = send.ticket, send.placement
         route = ROUTE_FORWARDED_OUT if placement.peer else call.route_in
         handed_over = False
+        expected = self._expected_cached(call, placement)
         try:
             opened = await self.transport.open(self._request(call, placement))
             if call.request.stream and 200 <= opened.status < 300:
-                response = self._streaming(call, ticket, placement, route, opened)
+                response = self._streaming(call, ticket, placement, route, opened, expected)
                 handed_over = True  # the RelayStream's finish hook settles the lease
                 return response
             payload = await opened.read_rest()
-            return self._buffered(call, ticket, placement, route, opened, payload)
+            return self._buffered(call, ticket, placement, route, opened, payload, expected)
         except UpstreamFailure as exc:
             self._count_failure(placement, exc.failure)
             return self.core.failed(ticket, exc.failure, self.loop.time())
@@ -107,6 +111,12 @@ class Dispatcher:
                 # Cancellation or an exception before a response existed; after the core
                 # settled this lease (failed, finished) this is a no-op.
                 placement.lease.release(ok=False)
+
+    def _expected_cached(self, call: ProxyCall, placement: Placement) -> int | None:
+        """What the cache map expects the replica to find cached, taken before it runs."""
+        if self.cache_view is None or placement.peer is not None:
+            return None
+        return self.cache_view.expect(placement.target.target_id, call.descriptor)
 
     def _request(self, call: ProxyCall, placement: Placement) -> UpstreamRequest:
         if placement.peer is None:
@@ -142,6 +152,7 @@ class Dispatcher:
         target: Placement,
         route: str,
         opened: Opened,
+        expected: int | None,
     ) -> StreamingHttpResponse:
         ttft = opened.first_byte_at - call.arrived
         self.metrics.ttft.observe(ttft, call.request.model, route)
@@ -155,7 +166,10 @@ class Dispatcher:
                 self._count_failure(target, failure)
             usage = relay.usage if relay else None
             ok = outcome == OUTCOME_OK
-            self._settle(call, ticket, target, route, status, usage, ok=ok, failure=failure)
+            self._settle(
+                call, ticket, target, route, status, usage, ok=ok, failure=failure,
+                expected=expected,
+            )  # fmt: skip
 
         stream = RelayStream(opened, sse=sse, on_finish=finished)
         response = StreamingHttpResponse(
@@ -174,6 +188,7 @@ class Dispatcher:
         route: str,
         opened: Opened,
         payload: bytes,
+        expected: int | None,
     ) -> HttpResponse:
         usage = None
         content_type = opened.content_type
@@ -187,7 +202,7 @@ class Dispatcher:
             if shaped is not None:  # vLLM's own errors are OpenAI-shaped already
                 payload, content_type = shaped, "application/json"
         ok = opened.status < 400
-        self._settle(call, ticket, target, route, opened.status, usage, ok=ok)
+        self._settle(call, ticket, target, route, opened.status, usage, ok=ok, expected=expected)
         response = HttpResponse(payload, status=opened.status, content_type=content_type)
         self._stamp(response, call, target, opened)
         return response
@@ -203,8 +218,10 @@ class Dispatcher:
         *,
         ok: bool,
         failure: Failure | None = None,
+        expected: int | None = None,
     ) -> None:
-        """End-of-request accounting: lease, counters, latency, token usage."""
+        """End-of-request accounting: lease, counters, latency, token usage, and the
+        cached tokens the engine reported against those the cache map expected."""
         self.core.finished(ticket, ok=ok, failure=failure)
         metrics, model = self.metrics, call.request.model
         metrics.requests.inc(model, str(status), route)
@@ -217,6 +234,8 @@ class Dispatcher:
             metrics.prompt_tokens.inc(name, amount=usage.prompt_tokens)
             metrics.cached_tokens.inc(name, amount=usage.cached_tokens)
             metrics.completion_tokens.inc(name, amount=usage.completion_tokens)
+            if ok and self.cache_view is not None:
+                self.cache_view.observe(name, model, expected, usage.cached_tokens)
 
     def _stamp(
         self, response: HttpResponseBase, call: ProxyCall, target: Placement, opened: Opened

@@ -4,7 +4,8 @@ Each round (``MERIDIAN_PROBE_INTERVAL_S``, a few hundred ms) GETs every owned
 replica's ``/metrics`` concurrently on the shared client, parses it with
 ``routing.core.engine_metrics`` and feeds the router: running/waiting/KV usage
 for the policies and for SP-P availability (SkyLB §3.3, Algorithm 1 lines
-3-8), health for candidate filtering.  Every recorded probe wakes the
+3-8), health for candidate filtering, and the engine's block size (from
+``vllm:cache_config_info``) for the model's block scheme.  Every recorded probe wakes the
 regional queue through the router's ``on_change``.
 
 ``MERIDIAN_PROBE_FAILURE_THRESHOLD`` consecutive failures make a replica
@@ -32,11 +33,12 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import httpx
 
-from routing.core.engine_metrics import MetricsFormatError, parse_engine_load
+from routing.core.block_identity import ModelBlockSchemes
+from routing.core.engine_metrics import EngineLoad, MetricsFormatError, parse_engine_load
 from routing.core.lora import AdapterDirectory, adapters_in_models
 from routing.core.router import LocalRouter
 from routing.core.types import TargetState
@@ -58,10 +60,12 @@ class ReplicaProber:
         *,
         timeout_s: float,
         failure_threshold: int,
+        schemes: ModelBlockSchemes | None = None,
         adapters: AdapterDirectory | None = None,
         models_refresh_s: float = MODELS_REFRESH_S,
     ) -> None:
         self.client = client
+        self.schemes = schemes or ModelBlockSchemes()
         self.router = router
         self.metrics = metrics
         self.timeout_s = timeout_s
@@ -69,6 +73,8 @@ class ReplicaProber:
         self.adapters = adapters
         self.models_refresh_s = models_refresh_s
         self._in_flight: dict[str, asyncio.Task[None]] = {}
+        # Also told of every successful probe (the KV-event stream's health check).
+        self.on_load: Callable[[str, EngineLoad], None] | None = None
         self._models_read_at: dict[str, float] = {}
 
     async def probe_all(self) -> None:
@@ -136,7 +142,10 @@ class ReplicaProber:
                 )
             return
         was_healthy = target.healthy
+        self.schemes.observe_engine(target.model, load.block_size, load.hash_algo)
         self.router.record_probe(target.target_id, load)
+        if self.on_load is not None:
+            self.on_load(target.target_id, load)
         if not was_healthy:
             logger.info("replica %s healthy again", target.target_id)
 

@@ -43,9 +43,18 @@ import httpx
 from django.conf import settings
 from django.db import DatabaseError
 
+from routing.cache_view import CacheViewMonitor
 from routing.core import errors
+from routing.core.block_identity import (
+    BLOCK_IDENTITY_KEY,
+    BlockIdentityConfig,
+    ModelBlockSchemes,
+    parse_block_identity,
+)
+from routing.core.cache_view_check import MismatchConfig
 from routing.core.dispatch import DispatchCore, Ticket
 from routing.core.kv_events import split_kv_event_params
+from routing.core.kv_stream_health import SilenceConfig
 from routing.core.lora import AdapterDirectory
 from routing.core.peers import Heartbeat
 from routing.core.pending_queue import RegionalQueues
@@ -104,6 +113,10 @@ class BalancerConfig:
     availability_ttl_s: float = 2.0
     internal_token: str = ""
     kv_events_batch_s: float = 0.1
+    kv_silent_probes: int = 10
+    mismatch_window: int = 50
+    mismatch_min_requests: int = 10
+    mismatch_threshold: float = 0.5
     model_tokenizers: Mapping[str, str] = field(default_factory=dict)
     lora_adapters: Mapping[str, str] = field(default_factory=dict)
     tokenize_thread_chars: int = 16384
@@ -137,6 +150,10 @@ class BalancerConfig:
             availability_ttl_s=s.MERIDIAN_AVAILABILITY_TTL_S,
             internal_token=s.MERIDIAN_INTERNAL_TOKEN,
             kv_events_batch_s=s.MERIDIAN_KV_EVENTS_BATCH_S,
+            kv_silent_probes=s.MERIDIAN_KV_SILENT_PROBES,
+            mismatch_window=s.MERIDIAN_CACHE_MISMATCH_WINDOW,
+            mismatch_min_requests=s.MERIDIAN_CACHE_MISMATCH_MIN_REQUESTS,
+            mismatch_threshold=s.MERIDIAN_CACHE_MISMATCH_THRESHOLD,
             model_tokenizers=dict(s.MERIDIAN_MODEL_TOKENIZERS),
             lora_adapters=dict(s.MERIDIAN_LORA_ADAPTERS),
             tokenize_thread_chars=s.MERIDIAN_TOKENIZE_THREAD_CHARS,
@@ -147,12 +164,23 @@ class BalancerConfig:
 def _policy_or_default(name: str, params: Mapping[str, Any]) -> Policy:
     """A bad ServiceConfig must not take a model offline: log it loudly, route least-load."""
     try:
-        # The KV-event endpoints are the consumer's business, not the policy's.
+        # The KV-event endpoints and the block identity are the consumer's business
+        # (and describe's), not the policy's.
         _, policy_params = split_kv_event_params(params)
+        policy_params.pop(BLOCK_IDENTITY_KEY, None)
         return build_policy(name, policy_params)
     except (UnknownPolicyError, TypeError, ValueError) as exc:
         logger.error("policy %r with %r refused (%s); using least_load", name, params, exc)
         return build_policy("least_load")
+
+
+def _block_identity_or_default(model: str, params: Mapping[str, Any]) -> BlockIdentityConfig:
+    """A bad block identity keeps the default (token_ids), loudly, like a bad policy."""
+    try:
+        return parse_block_identity(params.get(BLOCK_IDENTITY_KEY))
+    except ValueError as exc:
+        logger.error("model %s: %s; using the token_ids block identity", model, exc)
+        return BlockIdentityConfig()
 
 
 def _shared_client(config: BalancerConfig) -> httpx.AsyncClient:
@@ -205,6 +233,7 @@ class BalancerRuntime:
             ttl_s=config.heartbeat_ttl_s,
         )
         self.client = _shared_client(config)
+        self.block_schemes = ModelBlockSchemes(config.hash_seed)
         # LoRA adapter -> base model: learned from the replicas' /v1/models, config on top.
         self.adapters = AdapterDirectory(config.lora_adapters)
         self.prober = ReplicaProber(
@@ -213,6 +242,7 @@ class BalancerRuntime:
             self.metrics,
             timeout_s=config.probe_timeout_s,
             failure_threshold=config.probe_failure_threshold,
+            schemes=self.block_schemes,
             adapters=self.adapters,
         )
         self.pump = QueuePump(self.core, loop, self.metrics, probe_soon=self.prober.probe_soon)
@@ -224,6 +254,23 @@ class BalancerRuntime:
             connect_timeout_s=config.connect_timeout_s, read_timeout_s=config.read_timeout_s
         )
         self.partition = PeerPartition()  # drill_partition's fault, empty otherwise
+        self.kv = KVEventConsumer(
+            self.client,
+            self.router,
+            timeout_s=config.probe_timeout_s,
+            silence=SilenceConfig(probes=config.kv_silent_probes),
+            schemes=self.block_schemes,
+        )
+        self.prober.on_load = self.kv.observe_probe
+        self.cache_view = CacheViewMonitor(
+            self.kv,
+            self.metrics,
+            MismatchConfig(
+                window=config.mismatch_window,
+                min_requests=config.mismatch_min_requests,
+                threshold=config.mismatch_threshold,
+            ),
+        )
         self.dispatcher = Dispatcher(
             self.core,
             self.pump,
@@ -231,8 +278,8 @@ class BalancerRuntime:
             self.metrics,
             balancer=config.balancer,
             loop=loop,
+            cache_view=self.cache_view,
         )
-        self.kv = KVEventConsumer(self.client, self.router, timeout_s=config.probe_timeout_s)
         self.poller = AvailabilityPoller(
             self._report_fetch(), self.remote, on_error=self.metrics.availability_errors.inc
         )
@@ -331,7 +378,11 @@ class BalancerRuntime:
     def adopt(self, snapshot: TopologySnapshot) -> None:
         """Make ``snapshot`` the topology of both layers and of the queues (no await)."""
         self.router.apply(snapshot.replicas, snapshot.models)
+        self.cache_view.retain([r.name for r in snapshot.replicas])
         self.remote.apply(snapshot.peers, snapshot.models)
+        for model, spec in snapshot.models.items():
+            config = _block_identity_or_default(model, spec.policy_params)
+            self.block_schemes.configure(model, config)
         self.queues.configure(
             {m: (spec.queue_max_len, spec.queue_max_wait_s) for m, spec in snapshot.models.items()}
         )
@@ -377,6 +428,7 @@ class BalancerRuntime:
         ]
 
     def render_metrics(self) -> str:
+        self.metrics.set_cache_health(self.kv.health.states, self.cache_view.detector.items())
         return self.metrics.render(self.router, self.remote, self.queue_snapshots())
 
     async def close(self) -> None:

@@ -14,12 +14,21 @@ The regional queue (SkyLB §3.3) is visible per model: its length, the age of it
 oldest entry, and how long each request waited with how it left the queue
 (``placed``, ``timeout`` → 503, ``cancelled``: the client went away), plus the
 pushes refused because it was full (429).  Nothing leaves the queue uncounted.
+
+The balancer's own view of each replica's cache is checked too: the state of its
+KV-event stream (``meridian_kv_event_stream_state``, 1 on the current state:
+``ok``, ``no_stream``, ``connect_endpoint``, ``silent``), and the hit-rate
+mismatch detector's expected and reported cached tokens, mismatch share and state
+(``warming``, ``ok``, ``mismatch``); see docs/runbook.md for what each means.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from routing.core.cache_view_check import ReplicaCheck, ViewState
+from routing.core.kv_stream_health import StreamState
 from routing.core.metrics import MetricsRegistry
 from routing.core.remote import RemoteRouter
 from routing.core.router import LocalRouter
@@ -141,6 +150,46 @@ class BalancerMetrics:
         )
         self.heartbeat_errors = r.counter(
             "meridian_heartbeat_errors_total", "Failed heartbeat publish/read rounds (Redis)."
+        )
+        self.kv_stream_state = r.gauge(
+            "meridian_kv_event_stream_state",
+            "1 on the state of the replica's KV-event stream (ok, no_stream, "
+            "connect_endpoint, silent).",
+            ["replica", "state"],
+        )
+        self.cache_expected = r.counter(
+            "meridian_cache_view_expected_tokens_total",
+            "Cached prompt tokens the cache map expected on the replica (checked requests).",
+            ["replica"],
+        )
+        self.cache_reported = r.counter(
+            "meridian_cache_view_reported_tokens_total",
+            "Cached prompt tokens the replica reported for the same requests.",
+            ["replica"],
+        )
+        self.cache_mismatch_ratio = r.gauge(
+            "meridian_cache_view_mismatch_ratio",
+            "Share of the replica's recent checked requests off by more than one block.",
+            ["replica"],
+        )
+        self.cache_view_state = r.gauge(
+            "meridian_cache_view_state",
+            "1 on the mismatch detector's state for the replica (warming, ok, mismatch).",
+            ["replica", "state"],
+        )
+
+    def set_cache_health(
+        self,
+        streams: Mapping[str, StreamState],
+        checks: Sequence[tuple[str, ReplicaCheck]],
+    ) -> None:
+        """The stream-state and mismatch gauges, read now (one series per state)."""
+        self.kv_stream_state.replace(
+            ((name, str(s)), int(s is now)) for name, now in streams.items() for s in StreamState
+        )
+        self.cache_mismatch_ratio.replace(((name,), c.ratio) for name, c in checks)
+        self.cache_view_state.replace(
+            ((name, str(s)), int(s is c.state)) for name, c in checks for s in ViewState
         )
 
     def render(self, router: LocalRouter, remote: RemoteRouter, queues: list[QueueSnapshot]) -> str:

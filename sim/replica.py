@@ -7,8 +7,9 @@ an idle replica costs no CPU.  ``Replica`` is the HTTP face, speaking vLLM's
 OpenAI-compatible API (``/v1/chat/completions``, ``/v1/completions``,
 ``/v1/models``, ``/health``, ``/metrics``) plus two operator hooks:
 ``/fault`` for failure drills and vLLM's ``/reset_prefix_cache``; and, for the
-KV-event consumer, ``GET /kv_events`` (where it publishes, 404 without a
-publisher) and ``GET /kv_cache/blocks`` (its cached block hashes, for anti-entropy).
+KV-event consumer, vLLM's ``GET /kv_event_sources`` (where it publishes and
+replays, ``{}`` without a publisher) and ``GET /kv_cache/blocks`` (its cached
+block hashes, for anti-entropy; an emulator extension).
 
 Every generation is raced against the client's ``http.disconnect``: when the
 client goes away, during prefill or decode, streaming or not, the request is
@@ -75,6 +76,8 @@ class EngineDriver:
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run())
+        if self.publisher is not None:
+            self.publisher.start_replay()
 
     async def stop(self) -> None:
         self.abort_all()
@@ -82,7 +85,7 @@ class EngineDriver:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
         if self.publisher is not None:
-            self.publisher.close()
+            await self.publisher.close()
 
     def submit(self, request: EngineRequest) -> asyncio.Queue[RequestOutput]:
         """Queue ``request``; its outputs arrive on the returned queue.  ValueError if invalid."""
@@ -178,7 +181,7 @@ class Replica:
             ("GET", "/fault"): self._get_fault,
             ("POST", "/fault"): self._post_fault,
             ("POST", "/reset_prefix_cache"): self._reset_prefix_cache,
-            ("GET", "/kv_events"): self._kv_events,
+            ("GET", "/kv_event_sources"): self._kv_event_sources,
             ("GET", "/kv_cache/blocks"): self._kv_cache_blocks,
             ("GET", "/debug/requests"): self._debug_requests,
         }
@@ -255,16 +258,13 @@ class Replica:
             self.driver.publisher.publish(self.engine.events.drain())
         await send_bytes(send, 200, b"", "text/plain")
 
-    async def _kv_events(self, body: bytes, receive: Receive, send: Send) -> None:
+    async def _kv_event_sources(self, body: bytes, receive: Receive, send: Send) -> None:
         publisher = self.driver.publisher
-        if publisher is None:
-            await send_json(send, 404, {"detail": "this replica publishes no KV events"})
-            return
-        await send_json(send, 200, publisher.describe())
+        await send_json(send, 200, publisher.sources() if publisher is not None else {})
 
     async def _kv_cache_blocks(self, body: bytes, receive: Receive, send: Send) -> None:
         engine = self.engine
-        snapshot = cache_snapshot(engine.pool.cached, engine.events, self.driver.publisher)
+        snapshot = cache_snapshot(engine.pool.stores, engine.events, self.driver.publisher)
         await send_json(send, 200, {"replica": self.name, **snapshot})
 
     # -- faults ----------------------------------------------------------------

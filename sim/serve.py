@@ -3,7 +3,8 @@
     python -m sim.serve --replica us-a=8101 --replica us-b=8102 \\
         --model meridian-demo --profile l4-llama3.1-8b --time-scale 0.05 \\
         --num-blocks 2048 --max-num-seqs 64 --max-num-batched-tokens 2048 \\
-        --host 127.0.0.1 --hash-seed meridian [--kv-events-port-base 5557] \\
+        --host 127.0.0.1 [--block-size 16] [--kv-events-port-base 5557] \\
+        [--kv-events-replay-port-base 5657] [--kv-events-host '*'] \\
         [--tokenizer-json PATH | --tokenizer DIR] [--fault us-b=slow] [--lora NAME ...] \\
         [--max-loras 4] [--runner generate|pooling] [--embedding-size 384] [--max-logprobs 20] \\
         [--tool-call-parser NAME] [--enable-auto-tool-choice]
@@ -11,7 +12,11 @@
 Each replica is its own ``Engine`` behind its own uvicorn server; they share
 one event loop (the demo runs nine of them on two cores, and an idle engine
 only waits on an event).  With ``--kv-events-port-base N`` replica *i* (in
-command-line order) publishes KV events on ``tcp://HOST:N+i``.  SIGTERM or
+command-line order) publishes KV events on ``tcp://*:N+i`` and, with
+``--kv-events-replay-port-base M``, answers replay requests on ``tcp://*:M+i``.
+``--kv-events-host 127.0.0.1`` writes the endpoint with that host instead, which,
+as in vLLM, makes the publisher connect rather than bind (the setup trap, for
+tests of the balancer's warning).  SIGTERM or
 SIGINT stops every server and exits 0.  ``--tokenizer DIR`` (vLLM's flag: a
 directory with ``tokenizer.json``, ``tokenizer_config.json`` and optionally
 ``chat_template.jinja``) renders chat with the model's chat template and
@@ -50,6 +55,7 @@ from typing import Any
 
 import uvicorn
 
+from routing.core.block_identity import VLLM_DEFAULT_SEED, HashAlgo
 from routing.core.model_tokenizer import ModelTokenizer, TokenizerFilesError, tokenizer_files
 from routing.core.tokenizer import Tokenizer, build_tokenizer
 from sim.engine import Engine, EngineConfig, Vocabulary, pooling
@@ -131,9 +137,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-num-batched-tokens", type=int, default=2048)
     p.add_argument("--max-model-len", type=int, default=8192)
     p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--hash-seed", default="meridian")
+    p.add_argument("--block-size", type=int, default=16, help="tokens per KV block")
+    p.add_argument(
+        "--prefix-caching-hash-algo",
+        choices=[a.value for a in HashAlgo],
+        default=HashAlgo.SHA256.value,
+        help="vLLM's block hash algorithm",
+    )
+    p.add_argument(
+        "--hash-seed",
+        default=VLLM_DEFAULT_SEED,
+        help="vLLM's none-hash seed (what PYTHONHASHSEED sets for a real vLLM)",
+    )
     p.add_argument("--seed", type=int, default=0, help="seed of the output-length model")
     p.add_argument("--kv-events-port-base", type=int, default=None)
+    p.add_argument("--kv-events-replay-port-base", type=int, default=None)
+    p.add_argument("--kv-events-host", default="*", help="'*' binds; a host connects (vLLM)")
     p.add_argument("--tokenizer-json", default=None)
     p.add_argument(
         "--tokenizer",
@@ -178,6 +197,8 @@ def build_replicas(args: argparse.Namespace) -> list[Replica]:
         max_num_seqs=args.max_num_seqs,
         max_num_batched_tokens=args.max_num_batched_tokens,
         max_model_len=args.max_model_len,
+        block_size=args.block_size,
+        hash_algo=HashAlgo(args.prefix_caching_hash_algo),
         hash_seed=args.hash_seed,
         profile=args.profile,
         seed=args.seed,
@@ -193,10 +214,6 @@ def build_replicas(args: argparse.Namespace) -> list[Replica]:
     )
     replicas = []
     for index, spec in enumerate(args.replica):
-        publisher = None
-        if args.kv_events_port_base is not None:
-            endpoint = f"tcp://{args.host}:{args.kv_events_port_base + index}"
-            publisher = KVEventPublisher(endpoint)
         replicas.append(
             Replica(
                 spec.name,
@@ -204,7 +221,7 @@ def build_replicas(args: argparse.Namespace) -> list[Replica]:
                 model=args.model,
                 tokenizer=tokenizer,
                 time_scale=args.time_scale,
-                publisher=publisher,
+                publisher=_publisher(args, index),
                 loras=loras,
                 runner=args.runner,
                 server=server,
@@ -229,6 +246,17 @@ def model_tokenizer(directory: str) -> ModelTokenizer:
         return ModelTokenizer(tokenizer_files(directory, read), now=datetime.now)
     except TokenizerFilesError as exc:
         raise SystemExit(f"--tokenizer {exc}") from None
+
+
+def _publisher(args: argparse.Namespace, index: int) -> KVEventPublisher | None:
+    """Replica ``index``'s KV-event publisher, written the way vLLM's config is."""
+    if args.kv_events_port_base is None:
+        return None
+    endpoint = f"tcp://{args.kv_events_host}:{args.kv_events_port_base + index}"
+    replay = None
+    if args.kv_events_replay_port_base is not None:
+        replay = f"tcp://*:{args.kv_events_replay_port_base + index}"
+    return KVEventPublisher(endpoint, replay_endpoint=replay)
 
 
 def _make_server(replica: Replica, host: str, port: int) -> _QuietServer:

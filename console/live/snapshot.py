@@ -185,6 +185,9 @@ def replica_views(inputs: TickInputs) -> list[dict[str, Any]]:
                 "outstanding": live.get("outstanding"),
                 "kv_usage": live.get("kv_usage"),
                 "hit_rate": live.get("cached_token_ratio"),
+                # Plain-language warnings about the balancer's view of its cache
+                # (KV-event stream, hit-rate mismatch): routing/views/internal.py.
+                "warnings": list(live.get("warnings") or []),
             }
         )
     return out

@@ -31,6 +31,9 @@ from workers.cost import hourly_cost_by_region
 from workers.rollups import LATEST_KEY
 
 PREVIOUS_KEY = "meridian:live:previous"
+# Each replica's warnings from the latest tick, for pages rendered before the first
+# live message arrives (the replicas page); kept a minute, like the counters.
+WARNINGS_KEY = "meridian:live:replica_warnings"
 
 
 async def _fetch_one(client: httpx.AsyncClient, url: str) -> dict[str, Any] | None:
@@ -110,5 +113,18 @@ def publish_live(client: redis.Redis, *, timeout: float) -> dict[str, Any]:
     """Build this tick's snapshot, remember its counters, send it; returns it."""
     snapshot, totals = build_snapshot(gather_inputs(client, timeout=timeout))
     client.set(PREVIOUS_KEY, json.dumps(totals), ex=60)
+    store_warnings(client, snapshot["replicas"])
     send(LIVE_GROUP, SNAPSHOT_TYPE, snapshot)
     return snapshot
+
+
+def store_warnings(client: redis.Redis, replicas: list[dict[str, Any]]) -> None:
+    warnings = {r["name"]: r["warnings"] for r in replicas if r.get("warnings")}
+    client.set(WARNINGS_KEY, json.dumps(warnings), ex=60)
+
+
+def latest_warnings(client: redis.Redis) -> dict[str, list[dict[str, str]]]:
+    """Replica name -> its warnings at the latest tick ({} when none is recent)."""
+    raw = client.get(WARNINGS_KEY)
+    warnings: dict[str, list[dict[str, str]]] = json.loads(raw) if raw else {}
+    return warnings

@@ -3,6 +3,7 @@ operator takes on one replica (drain, undrain, remove) or on the fleet (add by U
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.admin.views.decorators import staff_member_required
 from django.http import HttpRequest, HttpResponse
@@ -32,10 +33,30 @@ def replicas(request: HttpRequest) -> HttpResponse:
         )
         messages.success(request, f"{replica.name} added; it takes traffic once probed ready.")
         return redirect("console-replicas")
-    rows = Replica.objects.select_related("region", "zone", "balancer").order_by(
-        "region__name", "name"
+    rows = list(
+        Replica.objects.select_related("region", "zone", "balancer").order_by(
+            "region__name", "name"
+        )
     )
+    warnings = _warnings()
+    for row in rows:
+        row.warnings = warnings.get(row.name, [])  # type: ignore[attr-defined]
     return render(request, "console/replicas.html", {"replicas": rows, "form": form})
+
+
+def _warnings() -> dict[str, list[dict[str, str]]]:
+    """The latest tick's warnings; the page still renders without Redis (the live
+    snapshot fills them in once it arrives).  Imported here, not at the top: the URLconf
+    imports this module, and ``manage.py check`` must not pay for redis and httpx."""
+    import redis
+
+    from console.live.tick import latest_warnings
+
+    try:
+        with redis.Redis.from_url(settings.REDIS_URL, socket_timeout=0.5) as client:
+            return latest_warnings(client)
+    except (redis.RedisError, ValueError):
+        return {}
 
 
 @staff_member_required

@@ -10,7 +10,9 @@ is compared in constant time.
 
 ``GET /internal/state`` is the full view for the console and the control plane
 (replicas, peers as the remote layer sees them, queues, Redis), unauthenticated
-on the internal network like ``/metrics``.
+on the internal network like ``/metrics``.  Each replica row carries its
+KV-event stream state (``kv_stream``), the hit-rate mismatch check
+(``cache_view``) and the ``warnings`` the console shows for it.
 
 ``POST /internal/cache_sync`` (token) runs the anti-entropy sync now (002 §4.4;
 the Celery beat task ``sync_cache_state`` calls it): every owned replica of a
@@ -38,6 +40,7 @@ from django.views.decorators.csrf import csrf_exempt
 from routing.core import errors
 from routing.core.engine_metrics import LoraInfo
 from routing.core.errors import ApiError
+from routing.core.kv_stream_health import STATE_ADVICE, StreamState
 from routing.core.prompts import describe_source
 from routing.errors import error_response
 from routing.process import get_runtime
@@ -182,6 +185,8 @@ def _model_row(rt: BalancerRuntime, model: str) -> dict[str, Any]:
         # Where routing's tokens come from: the model's own files, or "fallback".
         "tokens": describe_source(rt.encoders.for_model(model)),
         "lora_adapters": sorted(a for a, base in rt.adapters.adapters().items() if base == model),
+        # Which block size and scheme key this model's blocks, and where the size came from.
+        "block_identity": rt.block_schemes.view(model),
     }
 
 
@@ -212,6 +217,24 @@ def _replica_row(rt: BalancerRuntime, name: str) -> dict[str, Any]:
         "cached_tokens": usage.cached_tokens,
         "completion_tokens": usage.completion_tokens,
         "cached_token_ratio": usage.cached_ratio,
+        **_cache_health(rt, name),
+    }
+
+
+def _cache_health(rt: BalancerRuntime, name: str) -> dict[str, Any]:
+    """The replica's KV-event stream state and mismatch check, and the warnings a human
+    should read (plain language, with what to fix) for the console."""
+    stream = rt.kv.health.states.get(name)
+    view = rt.cache_view.view(name)
+    warnings = []
+    if stream is not None and stream is not StreamState.OK:
+        warnings.append({"kind": f"kv_stream_{stream}", "message": STATE_ADVICE[stream]})
+    if view is not None and view["advice"]:
+        warnings.append({"kind": "cache_view_mismatch", "message": view["advice"]})
+    return {
+        "kv_stream": str(stream) if stream is not None else None,
+        "cache_view": view,
+        "warnings": warnings,
     }
 
 

@@ -40,7 +40,23 @@
       set(row, "kv_usage", f.pct(r.kv_usage));
       set(row, "hit_rate", f.pct(r.hit_rate));
       set(row, "outstanding", f.num(r.outstanding));
+      replicaWarnings(row, r.warnings || []);
     });
+  }
+
+  // The balancer's warnings about its view of the replica's cache, in plain words.
+  function replicaWarnings(row, warnings) {
+    const box = row.querySelector("[data-warnings]");
+    const text = warnings.map(function (w) { return w.kind + w.message; }).join("|");
+    if (!box || box.dataset.shown === text) return;
+    box.dataset.shown = text;
+    box.replaceChildren.apply(box, warnings.map(function (w) {
+      const p = document.createElement("p");
+      p.className = "warning";
+      p.dataset.warning = w.kind;
+      p.textContent = "⚠ " + w.message;
+      return p;
+    }));
   }
 
   m.on("snapshot", function (s) {

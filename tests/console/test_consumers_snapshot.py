@@ -73,3 +73,13 @@ def test_replica_rows_carry_db_state_and_live_numbers() -> None:
     rows = {r["name"]: r for r in snap["replicas"]}
     assert rows["us-r1"]["waiting"] == 3 and rows["us-r1"]["reported_by"] == "us-lb"
     assert rows["us-r2"]["state"] == "preempted" and rows["us-r2"]["waiting"] is None
+
+
+def test_replica_rows_carry_the_balancers_cache_warnings() -> None:
+    warning = {"kind": "kv_stream_silent", "message": "no KV event has arrived"}
+    st = state(1, 10, 5)
+    st["replicas"][0]["warnings"] = [warning]
+    snap, _ = build_snapshot(inputs(100.0, st, {}))
+    rows = {r["name"]: r for r in snap["replicas"]}
+    assert rows["us-r1"]["warnings"] == [warning]
+    assert rows["us-r2"]["warnings"] == []  # no balancer reports it: nothing to warn of

@@ -6,9 +6,14 @@ from __future__ import annotations
 import json
 
 import pytest
+import redis
+from django.conf import settings
 from django.test import Client
 
+from console.live.tick import WARNINGS_KEY, store_warnings
 from fleet.models import Event, Region, RegionLatency, Replica, ServiceConfig
+from ops.embedded_redis import EmbeddedRedis
+from routing.core.cache_view_check import MISMATCH_ADVICE
 from tests.support.processes import free_port
 
 PAGES = [
@@ -147,3 +152,20 @@ def test_plotly_is_served_from_our_own_static_files() -> None:
     assert found is not None
     with open(found, "rb") as handle:
         assert b"plotly" in handle.read(4096).lower()
+
+
+@pytest.mark.django_db
+def test_replicas_page_shows_the_balancers_cache_warnings_in_plain_words(
+    staff: Client, redis_server: EmbeddedRedis
+) -> None:
+    warning = {"kind": "cache_view_mismatch", "message": MISMATCH_ADVICE}
+    with redis.Redis.from_url(settings.REDIS_URL) as client:
+        # What the live tick stores from the balancers' /internal/state.
+        store_warnings(client, [{"name": "us-east-r1", "warnings": [warning]}])
+        try:
+            html = staff.get("/console/replicas").content.decode()
+        finally:
+            client.delete(WARNINGS_KEY)
+    assert 'data-warning="cache_view_mismatch"' in html
+    assert "--enable-prompt-tokens-details" in html and "hash seed" in html
+    assert html.count('data-warning="') == 1  # only the replica it concerns

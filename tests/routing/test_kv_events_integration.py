@@ -1,5 +1,5 @@
 """The push path over real sockets: emulated replicas publish vLLM KV events over ZMQ,
-the balancer subscribes (endpoint discovery through ``GET /kv_events``), applies them
+the balancer subscribes (endpoint discovery through vLLM's ``GET /kv_event_sources``), applies them
 in batches to its ``cache_map`` policy, and anti-entropy (the Celery task's service
 function, as beat runs it) replaces what it believes by ``GET /kv_cache/blocks``.
 
@@ -112,8 +112,9 @@ def settle_subscriptions(lab: Lab) -> None:
 
 
 def test_replica_endpoints_for_discovery_and_snapshots(lab: Lab) -> None:
-    discovery = httpx.get(f"{lab.replicas['kv-a']}/kv_events").json()
-    assert discovery["endpoint"].startswith("tcp://127.0.0.1:") and discovery["topic"] == ""
+    discovery = httpx.get(f"{lab.replicas['kv-a']}/kv_event_sources").json()
+    # vLLM 0.32's shape: the publisher's config per data-parallel rank, bound on '*'.
+    assert discovery["0"]["endpoint"].startswith("tcp://*:") and discovery["0"]["topic"] == ""
     lab.direct("kv-a", prompt("snapshot"))
     snapshot = httpx.get(f"{lab.replicas['kv-a']}/kv_cache/blocks").json()
     assert snapshot["replica"] == "kv-a" and len(snapshot["blocks"]) >= 5

@@ -10,8 +10,11 @@ the engine reports is within one block of what the balancer's hashes find there.
 balancer on the fallback hashes a prompt the engine never sees: it finds nothing, while
 the engine serves most of the prompt from cache, the vLLM production stack's bug.
 
-The expectation is computed as the balancer computes it (the same encoder, block
-hashing and seed) against the blocks the serving replica reports holding.
+The expectation is what a balancer with a given encoder finds on the serving replica:
+the prompt's tokens under that encoder, keyed in full blocks the way the engine keys
+them (the emulator's defaults: vLLM's sha256 chain, 16-token blocks), looked up among
+the blocks the replica reports holding.  The balancer itself keys the engine's events
+from their token ids, which finds the same prefix when the tokens agree.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ import httpx
 import pytest
 
 from ops.bench.model_fixture import write_model_tokenizer
-from routing.core.blocks import BLOCK_SIZE, block_hashes
+from routing.core.block_identity import BlockIdentityMode, BlockScheme
 from routing.core.model_tokenizer import ModelTokenizer
 from routing.core.prompts import ChatPrompt, FallbackEncoder, PromptEncoder, prompt_tokens
 from routing.model_tokens import read_tokenizer_files
@@ -38,7 +41,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.django_db]
 
 MODEL = "meridian-model-tokens"
 NAMES = ("mt-a", "mt-b")
-SEED = "meridian"  # the balancers' and the replicas' default hash seed
+ENGINE = BlockScheme(mode=BlockIdentityMode.VLLM)  # how the emulated replicas key blocks
+BLOCK_SIZE = ENGINE.block_size
 
 
 @dataclass(frozen=True)
@@ -64,7 +68,7 @@ class Lab:
     ) -> int:
         """Tokens of the prompt's longest block prefix that ``replica`` holds, as a balancer
         with ``encoder`` hashes it."""
-        hashes = block_hashes(prompt_tokens(ChatPrompt(messages), encoder), seed=SEED)
+        hashes = ENGINE.keys(prompt_tokens(ChatPrompt(messages), encoder))
         held = set(httpx.get(f"{self.replicas[replica]}/kv_cache/blocks").json()["blocks"])
         depth = next((i for i, h in enumerate(hashes) if h not in held), len(hashes))
         return depth * BLOCK_SIZE
