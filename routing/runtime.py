@@ -55,12 +55,14 @@ from routing.core.cache_view_check import MismatchConfig
 from routing.core.dispatch import DispatchCore, Ticket
 from routing.core.kv_events import split_kv_event_params
 from routing.core.kv_stream_health import SilenceConfig
+from routing.core.lora import AdapterDirectory
 from routing.core.peers import Heartbeat
 from routing.core.pending_queue import RegionalQueues
 from routing.core.policy import Policy
 from routing.core.registry import UnknownPolicyError, build_policy, remote_policy_name
 from routing.core.remote import RemoteRouter, availability_report
 from routing.core.router import LocalRouter
+from routing.core.segments import DEFAULT_CACHE_TOKENS
 from routing.core.topology import TopologySnapshot
 from routing.dispatch import Dispatcher
 from routing.kv_events import KVEventConsumer
@@ -118,6 +120,7 @@ class BalancerConfig:
     model_tokenizers: Mapping[str, str] = field(default_factory=dict)
     lora_adapters: Mapping[str, str] = field(default_factory=dict)
     tokenize_thread_chars: int = 16384
+    tokenize_cache_tokens: int = DEFAULT_CACHE_TOKENS
 
     @classmethod
     def from_settings(cls) -> BalancerConfig:
@@ -154,6 +157,7 @@ class BalancerConfig:
             model_tokenizers=dict(s.MERIDIAN_MODEL_TOKENIZERS),
             lora_adapters=dict(s.MERIDIAN_LORA_ADAPTERS),
             tokenize_thread_chars=s.MERIDIAN_TOKENIZE_THREAD_CHARS,
+            tokenize_cache_tokens=s.MERIDIAN_TOKENIZE_CACHE_TOKENS,
         )
 
 
@@ -199,6 +203,7 @@ class BalancerRuntime:
             config.model_tokenizers,
             fallback_tokenizer_json=config.tokenizer_json,
             thread_chars=config.tokenize_thread_chars,
+            cache_tokens=config.tokenize_cache_tokens,
         )
         self.metrics = BalancerMetrics(config.balancer)
         self.router = LocalRouter(
@@ -229,6 +234,8 @@ class BalancerRuntime:
         )
         self.client = _shared_client(config)
         self.block_schemes = ModelBlockSchemes(config.hash_seed)
+        # LoRA adapter -> base model: learned from the replicas' /v1/models, config on top.
+        self.adapters = AdapterDirectory(config.lora_adapters)
         self.prober = ReplicaProber(
             self.client,
             self.router,
@@ -236,6 +243,7 @@ class BalancerRuntime:
             timeout_s=config.probe_timeout_s,
             failure_threshold=config.probe_failure_threshold,
             schemes=self.block_schemes,
+            adapters=self.adapters,
         )
         self.pump = QueuePump(self.core, loop, self.metrics, probe_soon=self.prober.probe_soon)
         self.router.on_change = self.remote.on_change = self.pump.wake

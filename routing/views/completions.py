@@ -107,7 +107,7 @@ async def admit(
     try:
         # An adapter name routes among its base model's replicas (routing.core.lora).
         model, adapter = resolve_model(
-            parsed.model, snapshot.models if snapshot else (), runtime.config.lora_adapters
+            parsed.model, snapshot.models if snapshot else (), runtime.adapters.adapters()
         )
     except UnknownModelError:
         raise errors.model_not_found(parsed.model) from None

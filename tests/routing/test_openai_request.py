@@ -100,7 +100,7 @@ def test_descriptor_tokenizes_once_and_hashes_full_blocks_with_the_seed() -> Non
     assert d.block_hashes == tuple(block_hashes(tokens, seed="seed"))
     assert len(d.block_hashes) == 40 // BLOCK_SIZE
     assert (d.model, d.max_tokens, d.session_key, d.forwarded) == ("m", 7, "s", True)
-    assert prompt_tokens(parsed.prompt, FallbackEncoder()) == tokens
+    assert list(prompt_tokens(parsed.prompt, FallbackEncoder())) == tokens
     other = describe(
         parsed,
         tokens,
