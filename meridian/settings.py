@@ -160,6 +160,8 @@ MERIDIAN_MODEL_TOKENIZERS = env_map("MERIDIAN_MODEL_TOKENIZERS")
 MERIDIAN_LORA_ADAPTERS = env_map("MERIDIAN_LORA_ADAPTERS")
 # Prompts longer than this many characters are tokenized in a worker thread.
 MERIDIAN_TOKENIZE_THREAD_CHARS = env_int("MERIDIAN_TOKENIZE_THREAD_CHARS", 16384, minimum=0)
+# Token ids each model's segment cache keeps (routing.core.segments); 0 turns it off.
+MERIDIAN_TOKENIZE_CACHE_TOKENS = env_int("MERIDIAN_TOKENIZE_CACHE_TOKENS", 1_000_000, minimum=0)
 # How often a balancer re-reads topology and API keys from the database (off the hot path).
 MERIDIAN_TOPOLOGY_REFRESH_S = env_float("MERIDIAN_TOPOLOGY_REFRESH_S", 2.0, minimum=0.1)
 # In-process replica /metrics probe period: SP-P selective pushing reads waiting requests

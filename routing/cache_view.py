@@ -14,7 +14,6 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from routing.core.blocks import BLOCK_SIZE
 from routing.core.cache_view_check import (
     MISMATCH_ADVICE,
     MismatchConfig,
@@ -39,9 +38,9 @@ class CacheViewMonitor:
         self.detector = MismatchDetector(config or MismatchConfig())
 
     def block_size(self, model: str) -> int:
-        """The block size the balancer's keys were made with (one size for all models
-        until the engine's own is read per model)."""
-        return BLOCK_SIZE
+        """The block size the balancer's keys are made with: the model's scheme's
+        (its engine's, from ``vllm:cache_config_info``)."""
+        return self.kv.schemes.scheme(model).block_size
 
     def expect(self, replica: str, request: RequestDescriptor) -> int | None:
         """Cached prompt tokens routing expects ``replica`` to report, or None (unchecked)."""

@@ -16,7 +16,10 @@ with regions, and a balancer without Redis keeps its map current.
   ``discovery_retry_s``.
 * Consumption: one SUB socket per replica (pyzmq asyncio); each message is decoded
   (``routing.core.kv_events``), checked against the replica's sequence, and queued;
-  ``flush`` (every ``MERIDIAN_KV_EVENTS_BATCH_S``) applies the queue in order.
+  ``flush`` (every ``MERIDIAN_KV_EVENTS_BATCH_S``) applies the queue in order, keyed
+  under the model's block scheme (``routing.core.event_keys``).  A store that cannot
+  be keyed (``token_ids`` mode, parent never seen) is counted in ``orphans`` and,
+  where the replica serves snapshots, resyncs it.
 * Gaps: a skipped sequence number means lost messages (PUB drops past its
   high-water mark).  The steps of ``routing.core.kv_stream_health.gap_plan`` run
   at once: the publisher's replay endpoint resends the lost messages
@@ -25,9 +28,10 @@ with regions, and a balancer without Redis keeps its map current.
 * Anti-entropy (002 §4.4; ``POST /internal/cache_sync`` from the Celery beat task
   ``sync_cache_state``, and gaps): ``GET <replica>/kv_cache/blocks`` returns the
   replica's cached block hashes and the sequence of its next message (the emulated
-  replica serves it; vLLM does not); the map's entries for that replica are
-  replaced (``CacheMap.sync``) and queued messages below that sequence are
-  dropped, since the snapshot already reflects them.
+  replica serves it, with ``stored``: its blocks as BlockStored events, so
+  ``token_ids`` mode can key blocks it missed; vLLM does not); the map's entries
+  for that replica are replaced (``CacheMap.sync``) and queued messages below
+  that sequence are dropped, since the snapshot already reflects them.
 * Health (``routing.kv_health``): each probe's prefix-cache counters are compared
   with the events received, so a silent stream or a connect-instead-of-bind
   endpoint becomes a state a human sees (logs, ``/metrics``, the console).
@@ -52,12 +56,15 @@ import httpx
 import zmq
 import zmq.asyncio
 
+from routing.core.block_identity import BlockScheme, ModelBlockSchemes
 from routing.core.engine_metrics import EngineLoad
+from routing.core.event_keys import EventKeys, apply_events, keys_for
 from routing.core.kv_events import (
+    CacheEvent,
     EventBatch,
     KVEventDecodeError,
     SequenceTracker,
-    apply_events,
+    decode_event,
     decode_message,
     split_kv_event_params,
 )
@@ -104,6 +111,16 @@ class SyncResult:
     error: str | None = None
 
 
+@dataclass(frozen=True)
+class Snapshot:
+    """``GET /kv_cache/blocks``: the engine's block hashes, the sequence they are
+    consistent with, and (emulated replica) the blocks re-described as stores."""
+
+    blocks: list[int]
+    sequence: int | None
+    stored: list[CacheEvent]
+
+
 class KVEventConsumer:
     def __init__(
         self,
@@ -114,9 +131,11 @@ class KVEventConsumer:
         discovery_retry_s: float = 5.0,
         silence: SilenceConfig | None = None,
         clock: Callable[[], float] = time.monotonic,
+        schemes: ModelBlockSchemes | None = None,
     ) -> None:
         self.client = client
         self.router = router
+        self.schemes = schemes or ModelBlockSchemes()
         self.timeout_s = timeout_s
         self.discovery_retry_s = discovery_retry_s
         self.clock = clock
@@ -126,9 +145,14 @@ class KVEventConsumer:
         self.applied = 0
         self.syncs = 0
         self.last_sync: dict[str, SyncResult] = {}
+        # Per replica: event hashes -> cache-map keys, and the stores that could not
+        # be keyed (a parent never seen), which ask for a resync.
+        self.keys: dict[str, EventKeys] = {}
+        self.orphans: dict[str, int] = {}
         self._context = zmq.asyncio.Context.instance()
         self._asked: dict[str, float] = {}  # replica -> when discovery last found nothing
         self._heals: dict[str, asyncio.Task[None]] = {}
+        self._resyncs: dict[str, asyncio.Task[SyncResult]] = {}  # after orphans
         self._syncing: set[str] = set()
         self._no_snapshot: set[str] = set()  # replicas whose /kv_cache/blocks is a 404
         self.health = KVStreamHealth(silence)
@@ -198,6 +222,7 @@ class KVEventConsumer:
 
     def _unsubscribe(self, name: str) -> None:
         stream = self.streams.pop(name)
+        self.keys.pop(name, None)
         if stream.reader is not None:
             stream.reader.cancel()
         stream.socket.close(linger=0)
@@ -250,9 +275,40 @@ class KVEventConsumer:
             target = self.router.target(stream.replica)
             policy = self.cache_map_policy(target.model) if target is not None else None
             batches, stream.pending = stream.pending, []
-            if policy is not None:
-                for batch in batches:
-                    self.applied += apply_events(policy.cache_map, stream.replica, batch.events)
+            if policy is None or target is None:
+                continue
+            keys = self.keys_of(policy, stream.replica, self.schemes.scheme(target.model))
+            orphans = 0
+            for batch in batches:
+                applied = apply_events(policy.cache_map, stream.replica, batch.events, keys)
+                self.applied += applied.events
+                orphans += applied.orphans
+            if orphans:
+                self._orphaned(stream.replica, orphans)
+
+    def keys_of(self, policy: CacheMapPolicy, replica: str, scheme: BlockScheme) -> EventKeys:
+        """The replica's event keying under ``scheme``; a changed scheme starts afresh
+        (keys of the old scheme would never match a request again)."""
+        keys = self.keys.get(replica)
+        if keys is None or not keys.serves(scheme):
+            if keys is not None:
+                policy.cache_map.clear(replica)
+            keys = self.keys[replica] = keys_for(scheme)
+        return keys
+
+    def _orphaned(self, replica: str, count: int) -> None:
+        self.orphans[replica] = self.orphans.get(replica, 0) + count
+        logger.info("KV events of %s: %d stored event(s) chained to unknown blocks", replica, count)
+        self._resync_soon(replica)
+
+    def _resync_soon(self, replica: str) -> None:
+        """A snapshot keys what the orphans could not (``stored``); an engine without
+        one (vLLM) re-announces a reused prefix from its root, which keys it then."""
+        if replica in self._no_snapshot or replica in self._resyncs:
+            return
+        task = asyncio.get_running_loop().create_task(self.sync_replica(replica))
+        self._resyncs[replica] = task
+        task.add_done_callback(lambda _t: self._resyncs.pop(replica, None))
 
     async def flush_all(self) -> None:
         """The batch loop's step (002 §3.3: apply events in ~100 ms batches)."""
@@ -357,33 +413,40 @@ class KVEventConsumer:
         except (httpx.HTTPError, ValueError, TypeError, KeyError) as exc:
             result = SyncResult(error=str(exc) or type(exc).__name__)
         else:
-            result = self._adopt(policy, replica, snapshot)
+            scheme = self.schemes.scheme(target.model)
+            result = self._adopt(policy, replica, scheme, snapshot)
         finally:
             self._syncing.discard(replica)
         self.last_sync[replica] = result
         return result
 
-    async def _snapshot(self, url: str) -> tuple[list[int], int | None]:
+    async def _snapshot(self, url: str) -> Snapshot:
         response = await self.client.get(join_url(url, BLOCKS_PATH), timeout=self.timeout_s)
         response.raise_for_status()
         body: Any = response.json()
         blocks, sequence = body["blocks"], body.get("sequence")
         if not isinstance(blocks, list) or not all(isinstance(b, int) for b in blocks):
             raise ValueError("blocks must be a list of ints")
-        return blocks, sequence if isinstance(sequence, int) else None
+        try:
+            stored = [e for e in map(decode_event, body.get("stored") or []) if e is not None]
+        except KVEventDecodeError as exc:
+            raise ValueError(f"stored: {exc}") from None
+        return Snapshot(blocks, sequence if isinstance(sequence, int) else None, stored)
 
     def _adopt(
-        self, policy: CacheMapPolicy, replica: str, snapshot: tuple[list[int], int | None]
+        self, policy: CacheMapPolicy, replica: str, scheme: BlockScheme, snapshot: Snapshot
     ) -> SyncResult:
         """No await in here: the map and the queue change together (the loop's one turn)."""
-        blocks, sequence = snapshot
-        policy.cache_map.sync(replica, blocks)
+        keys = self.keys_of(policy, replica, scheme)
+        held = keys.resync(snapshot.blocks, snapshot.stored)
+        policy.cache_map.sync(replica, held)
         self.syncs += 1
+        sequence = snapshot.sequence
         stream = self.streams.get(replica)
         if stream is not None and sequence is not None:
             stream.tracker.resync_at(sequence)
             stream.pending = [b for b in stream.pending if b.sequence >= sequence]
-        return SyncResult(blocks=len(blocks))
+        return SyncResult(blocks=len(held))
 
     # -- views and shutdown --------------------------------------------------------------
 
@@ -391,6 +454,7 @@ class KVEventConsumer:
         return {
             "applied_events": self.applied,
             "syncs": self.syncs,
+            "orphans": sum(self.orphans.values()),
             "replicas": {
                 name: {
                     "endpoint": s.endpoint,
@@ -400,6 +464,7 @@ class KVEventConsumer:
                     "healed_by": dict(s.healed_by),
                     "pending": len(s.pending),
                     "next_sequence": s.tracker.next_expected,
+                    "orphans": self.orphans.get(name, 0),
                 }
                 for name, s in sorted(self.streams.items())
             },
@@ -415,6 +480,7 @@ class KVEventConsumer:
             t for s in self.streams.values() if (t := s.reader) is not None
         ]
         tasks += list(self._heals.values())
+        tasks += list(self._resyncs.values())
         for name in list(self.streams):
             self._unsubscribe(name)
         for task in tasks:

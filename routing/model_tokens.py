@@ -16,6 +16,9 @@ inline would stall every other request for milliseconds.  So prompts above
 ``MERIDIAN_TOKENIZE_THREAD_CHARS`` characters are rendered and tokenized in a
 worker thread (Hugging Face ``tokenizers`` releases the GIL while it encodes a
 batch); small ones stay inline, where a thread hop would cost more than it saves.
+Each encoder keeps a cache of the prompt segments it tokenized, at most
+``MERIDIAN_TOKENIZE_CACHE_TOKENS`` token ids (``routing.core.segments``), so a
+follow-up chat turn tokenizes only its new message.
 """
 
 from __future__ import annotations
@@ -26,10 +29,10 @@ from datetime import datetime
 from pathlib import Path
 
 from routing.core.model_tokenizer import (
+    TOKENIZER_JSON,
     ModelTokenizer,
     TokenizerFiles,
-    TokenizerFilesError,
-    load_config,
+    tokenizer_files,
 )
 from routing.core.prompts import (
     FallbackEncoder,
@@ -37,33 +40,20 @@ from routing.core.prompts import (
     PromptEncoder,
     prompt_tokens,
 )
+from routing.core.segments import DEFAULT_CACHE_TOKENS
 from routing.core.tokenizer import build_tokenizer
-
-TOKENIZER_JSON = "tokenizer.json"
-TOKENIZER_CONFIG = "tokenizer_config.json"
-CHAT_TEMPLATE = "chat_template.jinja"
 
 
 def read_tokenizer_files(path: str) -> TokenizerFiles:
     """The files of a model directory or of a ``tokenizer.json`` path."""
     given = Path(path)
     directory = given if given.is_dir() else given.parent
-    tokenizer_json = given / TOKENIZER_JSON if given.is_dir() else given
-    if not tokenizer_json.is_file():
-        raise TokenizerFilesError(f"{path}: no {TOKENIZER_JSON} there")
-    config_path = directory / TOKENIZER_CONFIG
-    config = (
-        load_config(config_path.read_text(encoding="utf-8"), path) if config_path.is_file() else {}
-    )
-    template_path = directory / CHAT_TEMPLATE
-    return TokenizerFiles(
-        origin=path,
-        tokenizer_json=tokenizer_json.read_text(encoding="utf-8"),
-        config=config,
-        chat_template=template_path.read_text(encoding="utf-8")
-        if template_path.is_file()
-        else None,
-    )
+
+    def read(name: str) -> str | None:
+        file = given if name == TOKENIZER_JSON and not given.is_dir() else directory / name
+        return file.read_text(encoding="utf-8") if file.is_file() else None
+
+    return tokenizer_files(path, read)
 
 
 class ModelEncoders:
@@ -75,13 +65,16 @@ class ModelEncoders:
         *,
         fallback_tokenizer_json: str = "",
         thread_chars: int = 16384,
+        cache_tokens: int = DEFAULT_CACHE_TOKENS,
     ) -> None:
         self.fallback: PromptEncoder = FallbackEncoder(
-            build_tokenizer(fallback_tokenizer_json or None)
+            build_tokenizer(fallback_tokenizer_json or None), cache_tokens=cache_tokens
         )
         self.thread_chars = thread_chars
         self._by_model: dict[str, PromptEncoder] = {
-            model: ModelTokenizer(read_tokenizer_files(path), now=datetime.now)
+            model: ModelTokenizer(
+                read_tokenizer_files(path), now=datetime.now, cache_tokens=cache_tokens
+            )
             for model, path in paths.items()
         }
 

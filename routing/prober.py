@@ -4,7 +4,8 @@ Each round (``MERIDIAN_PROBE_INTERVAL_S``, a few hundred ms) GETs every owned
 replica's ``/metrics`` concurrently on the shared client, parses it with
 ``routing.core.engine_metrics`` and feeds the router: running/waiting/KV usage
 for the policies and for SP-P availability (SkyLB §3.3, Algorithm 1 lines
-3-8), health for candidate filtering.  Every recorded probe wakes the
+3-8), health for candidate filtering, and the engine's block size (from
+``vllm:cache_config_info``) for the model's block scheme.  Every recorded probe wakes the
 regional queue through the router's ``on_change``.
 
 ``MERIDIAN_PROBE_FAILURE_THRESHOLD`` consecutive failures make a replica
@@ -20,6 +21,11 @@ next round would cap each replica at one push per interval.  At most one probe
 per replica is in flight, which bounds the extra load on a replica to one
 ``/metrics`` request per probe round trip (and ``MERIDIAN_PROBE_MIN_GAP_S``,
 applied by the caller).
+
+Every ``MODELS_REFRESH_S`` a round also reads each replica's ``/v1/models``:
+vLLM lists its LoRA adapters there with the base model as ``parent``, which
+feeds the ``AdapterDirectory`` (``routing.core.lora``), so adapters need no
+configuration.  A replica whose ``/v1/models`` fails keeps what it listed last.
 """
 
 from __future__ import annotations
@@ -31,13 +37,18 @@ from collections.abc import Callable, Iterable
 
 import httpx
 
+from routing.core.block_identity import ModelBlockSchemes
 from routing.core.engine_metrics import EngineLoad, MetricsFormatError, parse_engine_load
+from routing.core.lora import AdapterDirectory, adapters_in_models
 from routing.core.router import LocalRouter
 from routing.core.types import TargetState
 from routing.telemetry import BalancerMetrics
 from routing.upstream import join_url
 
 logger = logging.getLogger(__name__)
+# How often each replica's /v1/models is read for its LoRA adapters: adapters are
+# loaded at start-up or by an operator, so seconds of delay are fine.
+MODELS_REFRESH_S = 5.0
 
 
 class ReplicaProber:
@@ -49,20 +60,56 @@ class ReplicaProber:
         *,
         timeout_s: float,
         failure_threshold: int,
+        schemes: ModelBlockSchemes | None = None,
+        adapters: AdapterDirectory | None = None,
+        models_refresh_s: float = MODELS_REFRESH_S,
     ) -> None:
         self.client = client
+        self.schemes = schemes or ModelBlockSchemes()
         self.router = router
         self.metrics = metrics
         self.timeout_s = timeout_s
         self.failure_threshold = failure_threshold
+        self.adapters = adapters
+        self.models_refresh_s = models_refresh_s
         self._in_flight: dict[str, asyncio.Task[None]] = {}
         # Also told of every successful probe (the KV-event stream's health check).
         self.on_load: Callable[[str, EngineLoad], None] | None = None
+        self._models_read_at: dict[str, float] = {}
 
     async def probe_all(self) -> None:
         targets = self.router.targets()
         if targets:
-            await asyncio.gather(*(self.probe(t) for t in targets))
+            await asyncio.gather(*(self.probe(t) for t in targets), self._read_models(targets))
+
+    async def _read_models(self, targets: list[TargetState]) -> None:
+        """Each due replica's LoRA adapters, from its ``/v1/models``."""
+        if self.adapters is None:
+            return
+        self.adapters.keep_only([t.target_id for t in targets])
+        now = asyncio.get_running_loop().time()
+        due = [
+            t
+            for t in targets
+            if now - self._models_read_at.get(t.target_id, -self.models_refresh_s)
+            >= self.models_refresh_s
+        ]
+        for target in due:
+            self._models_read_at[target.target_id] = now
+        await asyncio.gather(*(self._read_models_of(t) for t in due))
+
+    async def _read_models_of(self, target: TargetState) -> None:
+        assert self.adapters is not None
+        try:
+            response = await self.client.get(
+                join_url(target.url, "/v1/models"), timeout=self.timeout_s
+            )
+            response.raise_for_status()
+            listed = adapters_in_models(response.json())
+        except (httpx.HTTPError, ValueError) as exc:
+            logger.debug("reading %s's /v1/models failed: %s", target.target_id, exc)
+            return
+        self.adapters.record(target.target_id, listed)
 
     def probe_soon(self, names: Iterable[str]) -> None:
         """Start a probe of each named replica that has none in flight (no await)."""
@@ -95,6 +142,7 @@ class ReplicaProber:
                 )
             return
         was_healthy = target.healthy
+        self.schemes.observe_engine(target.model, load.block_size, load.hash_algo)
         self.router.record_probe(target.target_id, load)
         if self.on_load is not None:
             self.on_load(target.target_id, load)

@@ -45,16 +45,24 @@ from django.db import DatabaseError
 
 from routing.cache_view import CacheViewMonitor
 from routing.core import errors
+from routing.core.block_identity import (
+    BLOCK_IDENTITY_KEY,
+    BlockIdentityConfig,
+    ModelBlockSchemes,
+    parse_block_identity,
+)
 from routing.core.cache_view_check import MismatchConfig
 from routing.core.dispatch import DispatchCore, Ticket
 from routing.core.kv_events import split_kv_event_params
 from routing.core.kv_stream_health import SilenceConfig
+from routing.core.lora import AdapterDirectory
 from routing.core.peers import Heartbeat
 from routing.core.pending_queue import RegionalQueues
 from routing.core.policy import Policy
 from routing.core.registry import UnknownPolicyError, build_policy, remote_policy_name
 from routing.core.remote import RemoteRouter, availability_report
 from routing.core.router import LocalRouter
+from routing.core.segments import DEFAULT_CACHE_TOKENS
 from routing.core.topology import TopologySnapshot
 from routing.dispatch import Dispatcher
 from routing.kv_events import KVEventConsumer
@@ -112,6 +120,7 @@ class BalancerConfig:
     model_tokenizers: Mapping[str, str] = field(default_factory=dict)
     lora_adapters: Mapping[str, str] = field(default_factory=dict)
     tokenize_thread_chars: int = 16384
+    tokenize_cache_tokens: int = DEFAULT_CACHE_TOKENS
 
     @classmethod
     def from_settings(cls) -> BalancerConfig:
@@ -148,18 +157,30 @@ class BalancerConfig:
             model_tokenizers=dict(s.MERIDIAN_MODEL_TOKENIZERS),
             lora_adapters=dict(s.MERIDIAN_LORA_ADAPTERS),
             tokenize_thread_chars=s.MERIDIAN_TOKENIZE_THREAD_CHARS,
+            tokenize_cache_tokens=s.MERIDIAN_TOKENIZE_CACHE_TOKENS,
         )
 
 
 def _policy_or_default(name: str, params: Mapping[str, Any]) -> Policy:
     """A bad ServiceConfig must not take a model offline: log it loudly, route least-load."""
     try:
-        # The KV-event endpoints are the consumer's business, not the policy's.
+        # The KV-event endpoints and the block identity are the consumer's business
+        # (and describe's), not the policy's.
         _, policy_params = split_kv_event_params(params)
+        policy_params.pop(BLOCK_IDENTITY_KEY, None)
         return build_policy(name, policy_params)
     except (UnknownPolicyError, TypeError, ValueError) as exc:
         logger.error("policy %r with %r refused (%s); using least_load", name, params, exc)
         return build_policy("least_load")
+
+
+def _block_identity_or_default(model: str, params: Mapping[str, Any]) -> BlockIdentityConfig:
+    """A bad block identity keeps the default (token_ids), loudly, like a bad policy."""
+    try:
+        return parse_block_identity(params.get(BLOCK_IDENTITY_KEY))
+    except ValueError as exc:
+        logger.error("model %s: %s; using the token_ids block identity", model, exc)
+        return BlockIdentityConfig()
 
 
 def _shared_client(config: BalancerConfig) -> httpx.AsyncClient:
@@ -182,6 +203,7 @@ class BalancerRuntime:
             config.model_tokenizers,
             fallback_tokenizer_json=config.tokenizer_json,
             thread_chars=config.tokenize_thread_chars,
+            cache_tokens=config.tokenize_cache_tokens,
         )
         self.metrics = BalancerMetrics(config.balancer)
         self.router = LocalRouter(
@@ -211,12 +233,17 @@ class BalancerRuntime:
             ttl_s=config.heartbeat_ttl_s,
         )
         self.client = _shared_client(config)
+        self.block_schemes = ModelBlockSchemes(config.hash_seed)
+        # LoRA adapter -> base model: learned from the replicas' /v1/models, config on top.
+        self.adapters = AdapterDirectory(config.lora_adapters)
         self.prober = ReplicaProber(
             self.client,
             self.router,
             self.metrics,
             timeout_s=config.probe_timeout_s,
             failure_threshold=config.probe_failure_threshold,
+            schemes=self.block_schemes,
+            adapters=self.adapters,
         )
         self.pump = QueuePump(self.core, loop, self.metrics, probe_soon=self.prober.probe_soon)
         self.router.on_change = self.remote.on_change = self.pump.wake
@@ -232,6 +259,7 @@ class BalancerRuntime:
             self.router,
             timeout_s=config.probe_timeout_s,
             silence=SilenceConfig(probes=config.kv_silent_probes),
+            schemes=self.block_schemes,
         )
         self.prober.on_load = self.kv.observe_probe
         self.cache_view = CacheViewMonitor(
@@ -352,6 +380,9 @@ class BalancerRuntime:
         self.router.apply(snapshot.replicas, snapshot.models)
         self.cache_view.retain([r.name for r in snapshot.replicas])
         self.remote.apply(snapshot.peers, snapshot.models)
+        for model, spec in snapshot.models.items():
+            config = _block_identity_or_default(model, spec.policy_params)
+            self.block_schemes.configure(model, config)
         self.queues.configure(
             {m: (spec.queue_max_len, spec.queue_max_wait_s) for m, spec in snapshot.models.items()}
         )

@@ -2,12 +2,10 @@
 
 vLLM sends each batch of events as three frames on a PUB socket: the topic, an
 8-byte big-endian sequence number, and a msgpack payload ``[timestamp, [event,
-...], data_parallel_rank]`` in which each event is a tagged array
-(``["BlockStored", block_hashes, parent_block_hash, token_ids, block_size,
-lora_id]``, ``["BlockRemoved", block_hashes]``, ``["AllBlocksCleared"]``).  One
-batch is sent per engine step.  A consumer detects lost batches by a gap in the
-sequence numbers; PUB drops when nobody reads, so an absent consumer never slows
-the engine.
+...], data_parallel_rank]`` in which each event is a map in vLLM 0.32's encoding
+(``sim.engine.events``).  One batch is sent per engine step.  A consumer detects
+lost batches by a gap in the sequence numbers; PUB drops when nobody reads, so an
+absent consumer never slows the engine.
 
 Like vLLM, the publisher *binds* an endpoint written with ``*`` (``tcp://*:5557``)
 and *connects* to any other (``tcp://127.0.0.1:5557``): the setup trap in which
@@ -24,7 +22,9 @@ publisher's config per data-parallel rank), and ``cache_snapshot`` what
 ``GET /kv_cache/blocks`` answers (the authoritative state for anti-entropy,
 002 §4.4, an emulator extension): every cached block hash and the sequence
 number of the next message, so a consumer knows which of the messages it still
-holds are already reflected in the snapshot.
+holds are already reflected in the snapshot, and every cached block as a
+one-block ``BlockStored`` (``stored``), so a consumer that keys blocks by their
+token ids can key blocks whose events it missed.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import msgpack
@@ -40,7 +40,7 @@ import zmq
 import zmq.asyncio
 
 from routing.core.kv_sources import is_bind_endpoint
-from sim.engine.events import KVEvent, KVEventBuffer
+from sim.engine.events import BlockStored, KVEvent, KVEventBuffer
 
 END_SEQ = (-1).to_bytes(8, "big", signed=True)
 HWM = 100_000
@@ -149,7 +149,7 @@ class KVEventPublisher:
 
 
 def cache_snapshot(
-    cached: Iterable[int], events: KVEventBuffer, publisher: KVEventPublisher | None
+    stores: Mapping[int, BlockStored], events: KVEventBuffer, publisher: KVEventPublisher | None
 ) -> dict[str, Any]:
     """The replica's cached blocks and the sequence they are consistent with.
 
@@ -160,6 +160,7 @@ def cache_snapshot(
     if publisher is not None:
         publisher.publish(events.drain())
     return {
-        "blocks": list(cached),
+        "blocks": list(stores),
         "sequence": publisher.sequence if publisher is not None else None,
+        "stored": [store.as_wire() for store in stores.values()],
     }

@@ -29,6 +29,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any, Literal
 
+from routing.core.prompts import PromptEncoder
 from routing.core.tokenizer import Tokenizer
 from sim.asgi_io import (
     Receive,
@@ -153,8 +154,12 @@ class Replica:
         runner: Runner = "generate",
         server: api.ServerOptions | None = None,
         embedding_size: int = pooling.DEFAULT_EMBEDDING_SIZE,
+        encoder: PromptEncoder | None = None,
     ) -> None:
         self.name = name
+        # The model's own tokenizer and chat template (--tokenizer DIR), for chat and
+        # completions; None: the shared tokenizer and Meridian's fixed template.
+        self.encoder = encoder
         self.engine = engine
         self.model = model
         self.loras = loras or {}
@@ -259,7 +264,7 @@ class Replica:
 
     async def _kv_cache_blocks(self, body: bytes, receive: Receive, send: Send) -> None:
         engine = self.engine
-        snapshot = cache_snapshot(engine.pool.cached, engine.events, self.driver.publisher)
+        snapshot = cache_snapshot(engine.pool.stores, engine.events, self.driver.publisher)
         await send_json(send, 200, {"replica": self.name, **snapshot})
 
     # -- faults ----------------------------------------------------------------
@@ -325,6 +330,7 @@ class Replica:
         request = api.parse_generation(
             kind, body, model=self.model, tokenizer=self.tokenizer, vocab=self.engine.vocab,
             max_model_len=self.engine.max_model_len, loras=self.loras, server=self.server,
+            encoder=self.encoder,
         )  # fmt: skip
         request_id = f"{'chatcmpl' if kind == 'chat' else 'cmpl'}-{uuid.uuid4().hex}"
         forced = list(request.forced.token_ids) if request.forced else None

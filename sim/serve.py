@@ -3,10 +3,10 @@
     python -m sim.serve --replica us-a=8101 --replica us-b=8102 \\
         --model meridian-demo --profile l4-llama3.1-8b --time-scale 0.05 \\
         --num-blocks 2048 --max-num-seqs 64 --max-num-batched-tokens 2048 \\
-        --host 127.0.0.1 --hash-seed meridian [--kv-events-port-base 5557] \\
+        --host 127.0.0.1 [--block-size 16] [--kv-events-port-base 5557] \\
         [--kv-events-replay-port-base 5657] [--kv-events-host '*'] \\
-        [--tokenizer-json PATH] [--fault us-b=slow] [--lora NAME ...] [--max-loras 4] \\
-        [--runner generate|pooling] [--embedding-size 384] [--max-logprobs 20] \\
+        [--tokenizer-json PATH | --tokenizer DIR] [--fault us-b=slow] [--lora NAME ...] \\
+        [--max-loras 4] [--runner generate|pooling] [--embedding-size 384] [--max-logprobs 20] \\
         [--tool-call-parser NAME] [--enable-auto-tool-choice]
 
 Each replica is its own ``Engine`` behind its own uvicorn server; they share
@@ -17,7 +17,13 @@ command-line order) publishes KV events on ``tcp://*:N+i`` and, with
 ``--kv-events-host 127.0.0.1`` writes the endpoint with that host instead, which,
 as in vLLM, makes the publisher connect rather than bind (the setup trap, for
 tests of the balancer's warning).  SIGTERM or
-SIGINT stops every server and exits 0.  ``--lora NAME`` serves an emulated LoRA
+SIGINT stops every server and exits 0.  ``--tokenizer DIR`` (vLLM's flag: a
+directory with ``tokenizer.json``, ``tokenizer_config.json`` and optionally
+``chat_template.jinja``) renders chat with the model's chat template and
+tokenizes chat and completions with the model's tokenizer, so usage and
+``cached_tokens`` count the model's tokens (``sim.engine.model_text``); without
+it, Meridian's fixed template and ``--tokenizer-json`` or the word tokenizer.
+``--lora NAME`` serves an emulated LoRA
 adapter: requests naming it as their model hash their blocks with the adapter
 name as the extra key (so they share cache only with the same adapter), and
 their KV events carry its id.
@@ -43,13 +49,18 @@ import os
 import signal
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 import uvicorn
 
-from routing.core.tokenizer import build_tokenizer
+from routing.core.block_identity import VLLM_DEFAULT_SEED, HashAlgo
+from routing.core.model_tokenizer import ModelTokenizer, TokenizerFilesError, tokenizer_files
+from routing.core.tokenizer import Tokenizer, build_tokenizer
 from sim.engine import Engine, EngineConfig, Vocabulary, pooling
 from sim.engine.logprobs import DEFAULT_MAX_LOGPROBS
+from sim.engine.model_text import ModelText, model_words
 from sim.engine.openai_protocol import ServerOptions
 from sim.engine.profiles import PROFILES
 from sim.engine.structured import ToolSupport
@@ -126,12 +137,30 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-num-batched-tokens", type=int, default=2048)
     p.add_argument("--max-model-len", type=int, default=8192)
     p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--hash-seed", default="meridian")
+    p.add_argument("--block-size", type=int, default=16, help="tokens per KV block")
+    p.add_argument(
+        "--prefix-caching-hash-algo",
+        choices=[a.value for a in HashAlgo],
+        default=HashAlgo.SHA256.value,
+        help="vLLM's block hash algorithm",
+    )
+    p.add_argument(
+        "--hash-seed",
+        default=VLLM_DEFAULT_SEED,
+        help="vLLM's none-hash seed (what PYTHONHASHSEED sets for a real vLLM)",
+    )
     p.add_argument("--seed", type=int, default=0, help="seed of the output-length model")
     p.add_argument("--kv-events-port-base", type=int, default=None)
     p.add_argument("--kv-events-replay-port-base", type=int, default=None)
     p.add_argument("--kv-events-host", default="*", help="'*' binds; a host connects (vLLM)")
     p.add_argument("--tokenizer-json", default=None)
+    p.add_argument(
+        "--tokenizer",
+        default=None,
+        metavar="DIR",
+        help="the model's tokenizer files (Hugging Face layout), as vLLM's --tokenizer: "
+        "chat and completions are rendered and tokenized with them",
+    )
     p.add_argument(
         "--lora",
         action="append",
@@ -158,13 +187,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 def build_replicas(args: argparse.Namespace) -> list[Replica]:
     """One engine + replica app per ``--replica``, sharing tokenizer and vocabulary."""
-    tokenizer = build_tokenizer(args.tokenizer_json)
-    vocab = Vocabulary(tokenizer)
+    if args.tokenizer and args.tokenizer_json:
+        raise SystemExit("--tokenizer and --tokenizer-json are exclusive")
+    encoder = model_tokenizer(args.tokenizer) if args.tokenizer else None
+    tokenizer: Tokenizer = ModelText(encoder) if encoder else build_tokenizer(args.tokenizer_json)
+    vocab = Vocabulary(tokenizer, extra_words=model_words(encoder) if encoder else ())
     config = EngineConfig(
         num_blocks=args.num_blocks,
         max_num_seqs=args.max_num_seqs,
         max_num_batched_tokens=args.max_num_batched_tokens,
         max_model_len=args.max_model_len,
+        block_size=args.block_size,
+        hash_algo=HashAlgo(args.prefix_caching_hash_algo),
         hash_seed=args.hash_seed,
         profile=args.profile,
         seed=args.seed,
@@ -192,9 +226,26 @@ def build_replicas(args: argparse.Namespace) -> list[Replica]:
                 runner=args.runner,
                 server=server,
                 embedding_size=args.embedding_size,
+                encoder=encoder,
             )
         )
     return replicas
+
+
+def model_tokenizer(directory: str) -> ModelTokenizer:
+    """vLLM's ``--tokenizer DIR``: the model's files, read as the balancer reads them."""
+    root = Path(directory)
+    if not root.is_dir():
+        raise SystemExit(f"--tokenizer {directory}: not a directory")
+
+    def read(name: str) -> str | None:
+        path = root / name
+        return path.read_text(encoding="utf-8") if path.is_file() else None
+
+    try:
+        return ModelTokenizer(tokenizer_files(directory, read), now=datetime.now)
+    except TokenizerFilesError as exc:
+        raise SystemExit(f"--tokenizer {exc}") from None
 
 
 def _publisher(args: argparse.Namespace, index: int) -> KVEventPublisher | None:

@@ -14,6 +14,8 @@ from django.db import transaction
 
 from fleet.models import Event, ServiceConfig
 from routing.core.availability import split_pushing_params
+from routing.core.block_identity import split_block_identity_params
+from routing.core.kv_events import split_kv_event_params
 from routing.core.registry import UnknownPolicyError, build_policy
 
 
@@ -25,6 +27,9 @@ def validate_policy(name: str, params: Mapping[str, Any]) -> None:
     """Raise ``PolicyConfigError`` unless a balancer could build this policy."""
     try:
         _, policy_params = split_pushing_params(params)
+        # The balancer takes these out before building the policy, and checks them.
+        _, policy_params = split_kv_event_params(policy_params)
+        _, policy_params = split_block_identity_params(policy_params)
         build_policy(name, policy_params)
     except (UnknownPolicyError, ValueError, TypeError) as exc:
         raise PolicyConfigError(str(exc)) from exc

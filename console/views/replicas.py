@@ -3,7 +3,6 @@ operator takes on one replica (drain, undrain, remove) or on the fleet (add by U
 
 from __future__ import annotations
 
-import redis
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.admin.views.decorators import staff_member_required
@@ -12,7 +11,6 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
 from console.forms import AddReplicaForm
-from console.live.tick import latest_warnings
 from fleet.models import Event, Replica
 from workers.replica_states import (
     ReplicaStateError,
@@ -48,7 +46,12 @@ def replicas(request: HttpRequest) -> HttpResponse:
 
 def _warnings() -> dict[str, list[dict[str, str]]]:
     """The latest tick's warnings; the page still renders without Redis (the live
-    snapshot fills them in once it arrives)."""
+    snapshot fills them in once it arrives).  Imported here, not at the top: the URLconf
+    imports this module, and ``manage.py check`` must not pay for redis and httpx."""
+    import redis
+
+    from console.live.tick import latest_warnings
+
     try:
         with redis.Redis.from_url(settings.REDIS_URL, socket_timeout=0.5) as client:
             return latest_warnings(client)

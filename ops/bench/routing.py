@@ -15,11 +15,11 @@ Three tables, all measured in this process on the very policy objects the balanc
    the prefix trie, the radix tree and the cache map, filled with ``--prefixes``
    16-block prefixes for 4 replicas; with the defaults that is past every bound, so
    the table shows size stopping at the bound.
-4. **The whole decision** for a fresh chat request of ~300, 4k and 32k tokens:
-   chat template + tokenize + hash + select, CPU time, with a model tokenizer and
-   with the fallback (``ops.bench.prompt_cost``).  With ``--against-sglang PATH``,
-   the CPU per ~4k-token request of Meridian's balancer process beside
-   sglang-router's (``ops.bench.against_sglang``).
+4. **The whole decision** for a chat request of ~300, 4k and 32k tokens, fresh and
+   as a conversation's follow-up turn: chat template + tokenize + hash + select,
+   CPU time, with a model tokenizer and with the fallback (``ops.bench.prompt_cost``).
+   With ``--against-sglang PATH``, the CPU per ~4k-token request of Meridian's
+   balancer process beside sglang-router's (``ops.bench.against_sglang``).
 
 Targets reported against (not asserted): decision p50 < 100 us for a 4k-token prompt,
 tokenization + hashing < 1 ms per 8k tokens.  ``--quick`` runs small sizes for a smoke
@@ -86,6 +86,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--prefixes", type=int, default=None, help="cached prefixes pre-loaded (default 100k)"
     )
     parser.add_argument(
+        "--decision-runs",
+        type=int,
+        default=None,
+        help="chat requests per row of the whole-decision table (default 30, --quick 2)",
+    )
+    parser.add_argument(
         "--against-sglang",
         metavar="PATH",
         default=None,
@@ -101,6 +107,8 @@ def run(options: dict[str, Any], stdout: TextIO) -> None:
     sizes = QUICK if options.get("quick") else FULL
     if options.get("prefixes"):
         sizes = Sizes(**{**_fields(sizes), "prefixes": int(options["prefixes"])})
+    if options.get("decision_runs"):
+        sizes = Sizes(**{**_fields(sizes), "decision_runs": int(options["decision_runs"])})
     names = options.get("policies") or policy_names()
     unknown = sorted(set(names) - set(policy_names()))
     if unknown:
@@ -112,7 +120,7 @@ def run(options: dict[str, Any], stdout: TextIO) -> None:
     stdout.write(format_table(*tokenize_table(sizes, seed)) + "\n")
     stdout.write("memory of cached prefixes at the configured bounds (tracemalloc)\n")
     stdout.write(format_table(*memory_table(sizes, seed)) + "\n")
-    stdout.write("whole decision per fresh chat request, CPU microseconds (median)\n")
+    stdout.write("whole decision per chat request, fresh and follow-up turn, CPU us (median)\n")
     headers, rows, _ = prompt_cost_table(sizes.decision_runs, seed)
     stdout.write(format_table(headers, rows))
     if options.get("against_sglang"):

@@ -1,12 +1,14 @@
-"""Chained block hashing: the one definition of "the same KV block".
+"""Meridian's own chained block keys (blake2b), for the ``token_ids`` block identity.
 
-vLLM's prefix cache identifies a full block of ``BLOCK_SIZE`` tokens by a hash
-of (parent block hash, the block's token ids, extra keys such as a LoRA name).
+Like vLLM's prefix cache, a full block of ``block_size`` tokens is identified by a
+hash of (parent block hash, the block's token ids, extra keys such as a LoRA name).
 Because each hash covers its parent, two prompts share block *i* only if they
 share every token before it, so a list of block hashes is a prefix fingerprint.
-The emulated replica keys its cache by these hashes, publishes them in KV
-events, and the balancer computes the same list for routing; every process
-must use the same ``seed`` (vLLM's NONE_HASH / PYTHONHASHSEED requirement).
+The balancer keys requests with it, and re-keys engines' KV events with it from
+their token ids (``routing.core.event_keys``), so it never has to agree with an
+engine's hash, only every balancer with the same ``seed``; the prefix policies
+(trie, radix tree, hash ring) use it too.  vLLM's own hash is in
+``routing.core.block_identity``.
 
 Partial trailing blocks are never hashed: engines only cache full blocks.
 """
@@ -42,8 +44,13 @@ def block_hashes(
     block_size: int = BLOCK_SIZE,
     extra: str = "",
     seed: str = DEFAULT_SEED,
+    parent: int | None = None,
 ) -> list[int]:
     """Hashes of every full block of ``tokens``, each chained to the one before.
+
+    The first block chains to ``parent`` (a block hash computed earlier), or to the
+    seed's root when None: a KV event that stores blocks after an already known one
+    is keyed by continuing that block's chain (``routing.core.block_identity``).
 
     Equal, value for value, to chaining ``block_hash`` over the blocks: blake2b of a
     concatenation equals blake2b fed the same bytes in pieces.  The token ids are
@@ -55,16 +62,16 @@ def block_hashes(
     suffix = b"\x00" + extra.encode() if extra else b""
     # Copying a primed hasher is about twice as cheap as constructing one per block.
     blank = hashlib.blake2b(digest_size=8)
-    parent = root_hash(seed).to_bytes(8, "big")
+    previous = (root_hash(seed) if parent is None else parent).to_bytes(8, "big")
     hashes: list[int] = []
     for start in range(0, (len(tokens) // block_size) * step, step):
         h = blank.copy()
-        h.update(parent)
+        h.update(previous)
         h.update(packed[start : start + step])
         if suffix:
             h.update(suffix)
-        parent = h.digest()
-        hashes.append(int.from_bytes(parent, "big"))
+        previous = h.digest()
+        hashes.append(int.from_bytes(previous, "big"))
     return hashes
 
 

@@ -12,8 +12,13 @@ KV cache in use (0-1)  ``vllm:kv_cache_usage_perc``    ``sglang:token_usage``
 =====================  ==============================  ======================
 
 plus vLLM's prefix-cache counters (``vllm:prefix_cache_queries_total`` and
-``..._hits_total``; older releases prefix them ``gpu_``).  vLLM reports one
-series per model/engine label set; running and waiting are summed across them
+``..._hits_total``; older releases prefix them ``gpu_``), and its engine
+configuration: ``vllm:cache_config_info`` is a gauge fixed at 1 whose labels are
+the engine's ``CacheConfig`` as strings, among them ``block_size="32"`` and
+``prefix_caching_hash_algo="sha256"`` (``vllm/v1/metrics/loggers.py``,
+``log_metrics_info``).  Its block size is the model's
+(``routing.core.block_identity``).  vLLM reports one series per model/engine
+label set; running and waiting are summed across them
 (every one occupies the replica), cache usage takes the fullest engine (the one
 that will preempt first).  Despite its name ``kv_cache_usage_perc`` is a
 fraction in [0, 1] in vLLM; values above 1 are read as percentages.
@@ -55,6 +60,7 @@ PREFIX_HITS = (
     "vllm:gpu_prefix_cache_hits",
 )
 
+CACHE_CONFIG_INFO = "vllm:cache_config_info"
 LORA_INFO = "vllm:lora_requests_info"
 
 
@@ -88,6 +94,8 @@ class EngineLoad:
     kv_usage: float
     prefix_queries: float | None = None
     prefix_hits: float | None = None
+    block_size: int | None = None  # vllm:cache_config_info, when served
+    hash_algo: str | None = None  # its prefix_caching_hash_algo
     lora: LoraInfo | None = None  # None: the engine serves no adapters
 
     @property
@@ -100,17 +108,33 @@ class EngineLoad:
 
 def parse_samples(text: str) -> dict[str, list[float]]:
     """Every sample value by metric name (label sets flattened into the list)."""
+    return _by_name(parse(text))
+
+
+def _by_name(parsed: list[Sample]) -> dict[str, list[float]]:
     samples: dict[str, list[float]] = {}
-    for sample in parse(text):
+    for sample in parsed:
         samples.setdefault(sample.name, []).append(sample.value)
     return samples
 
 
+def cache_config(parsed: list[Sample]) -> tuple[int | None, str | None]:
+    """Block size and hash algorithm from ``vllm:cache_config_info`` (None: not said).
+
+    Every engine of a replica shares one cache config; the first series with a
+    positive integer block size speaks for the replica."""
+    for sample in parsed:
+        if sample.name != CACHE_CONFIG_INFO:
+            continue
+        size = sample.label("block_size")
+        if size.isdigit() and int(size) > 0:
+            return int(size), sample.label("prefix_caching_hash_algo") or None
+    return None, None
+
+
 def parse_engine_load(text: str) -> EngineLoad:
     parsed = parse(text)
-    samples: dict[str, list[float]] = {}
-    for sample in parsed:
-        samples.setdefault(sample.name, []).append(sample.value)
+    samples = _by_name(parsed)
     running = _first(samples, RUNNING)
     waiting = _first(samples, WAITING)
     if running is None and waiting is None:
@@ -123,12 +147,15 @@ def parse_engine_load(text: str) -> EngineLoad:
         usage /= 100.0
     queries = _first(samples, PREFIX_QUERIES)
     hits = _first(samples, PREFIX_HITS)
+    block_size, hash_algo = cache_config(parsed)
     return EngineLoad(
         running=_count(running),
         waiting=_count(waiting),
         kv_usage=usage,
         prefix_queries=sum(queries) if queries else None,
         prefix_hits=sum(hits) if hits else None,
+        block_size=block_size,
+        hash_algo=hash_algo,
         lora=parse_lora_info(parsed),
     )
 

@@ -1,4 +1,4 @@
-"""Decode vLLM KV-cache event messages and apply them to a ``CacheMap`` (pure).
+"""Decode vLLM KV-cache event messages into plain events (pure).
 
 The push path of "Stateful Cache-Aware Routing" (002 §3): engines publish the life
 of every cached block, and the router's cache map follows.  vLLM's
@@ -11,28 +11,36 @@ of every cached block, and the router's cache map follows.  vLLM's
 
 Events come in two encodings, and both are accepted:
 
-* tagged arrays (msgspec ``array_like``, what vLLM sends):
-  ``["BlockStored", block_hashes, parent_hash, token_ids, block_size, lora_id, ...]``,
-  ``["BlockRemoved", block_hashes, ...]``, ``["AllBlocksCleared"]``;
-* maps with a ``type`` key: ``{"type": "BlockStored", "block_hashes": [...], ...}``.
+* maps with a ``type`` key (msgspec's tagged structs, what vLLM 0.32 sends):
+  ``{"type": "BlockStored", "block_hashes": [...], "parent_block_hash": ...,
+  "token_ids": [...], "block_size": 32, "lora_id": None, "medium": "GPU",
+  "lora_name": None, ...}``, ``{"type": "BlockRemoved", "block_hashes": [...],
+  "medium": "GPU"}``, ``{"type": "AllBlocksCleared"}``;
+* tagged arrays (msgspec ``array_like``, older releases), the same fields in
+  vLLM's declaration order: ``["BlockStored", block_hashes, parent_block_hash,
+  token_ids, block_size, lora_id, medium, lora_name, ...]``,
+  ``["BlockRemoved", block_hashes, medium]``, ``["AllBlocksCleared"]``.
 
-Trailing fields newer vLLM versions add (``medium``, ...) are ignored.  A block
-hash is an int; newer vLLM may send bytes, read as a big-endian unsigned int.
+Fields newer vLLM versions add (``extra_keys``, ``group_idx``, ...) are ignored.
+A block hash is an int, vLLM's 64-bit form; a bytes hash (a full digest, sent when
+``VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES=0``) is reduced to the same int, its low 64
+bits.  What the hashes mean to the cache map is the block scheme's business
+(``routing.core.event_keys``).
 
-``SequenceTracker`` detects gaps per publisher; ``apply_events`` applies a batch
-in order through the cache map's reverse index (002 §4.2).  Nothing here touches
+``SequenceTracker`` detects gaps per publisher; ``routing.core.event_keys``
+applies a batch to the cache map.  Nothing here touches
 a socket: the glue (``routing.kv_events``) owns ZMQ and the clock.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import msgpack
 
-from routing.core.cache_map import CacheMap
+from routing.core.block_identity import external_hash
 
 STORED = "BlockStored"
 REMOVED = "BlockRemoved"
@@ -46,10 +54,18 @@ class KVEventDecodeError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class CacheEvent:
-    """One event, reduced to what the cache map needs."""
+    """One event, reduced to what the cache map and the block schemes need."""
 
     kind: str  # STORED, REMOVED or CLEARED
     block_hashes: tuple[int, ...] = ()
+    # BlockStored only: the block before the first one (None: a sequence's start),
+    # the stored blocks' tokens, and what keyed them in the engine.
+    parent_block_hash: int | None = None
+    token_ids: tuple[int, ...] = ()
+    block_size: int | None = None
+    lora_id: int | None = None
+    lora_name: str | None = None
+    medium: str | None = None  # "GPU" for the prefix cache that serves hits
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,7 +84,7 @@ def _block_hash(value: Any) -> int:
     if isinstance(value, int):
         return value
     if isinstance(value, bytes | bytearray):
-        return int.from_bytes(value, "big")
+        return external_hash(bytes(value))
     raise KVEventDecodeError(f"block hash must be an int or bytes, got {type(value).__name__}")
 
 
@@ -78,20 +94,68 @@ def _hashes(value: Any) -> tuple[int, ...]:
     return tuple(_block_hash(h) for h in value)
 
 
+def _token_ids(value: Any) -> tuple[int, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list | tuple) or not all(
+        isinstance(t, int) and not isinstance(t, bool) for t in value
+    ):
+        raise KVEventDecodeError("token_ids must be a list of ints")
+    return tuple(value)
+
+
+def _optional(value: Any, kind: type[Any], name: str) -> Any:
+    if value is None or (isinstance(value, kind) and not isinstance(value, bool)):
+        return value
+    raise KVEventDecodeError(f"{name} must be {kind.__name__} or null, got {value!r}")
+
+
+# Field names of the tagged-array encoding, by position after the tag (vLLM's order).
+_STORED_FIELDS = (
+    "block_hashes",
+    "parent_block_hash",
+    "token_ids",
+    "block_size",
+    "lora_id",
+    "medium",
+    "lora_name",
+)
+_REMOVED_FIELDS = ("block_hashes", "medium")
+
+
+def _fields(raw: Any) -> tuple[Any, dict[str, Any]]:
+    """The tag and the named fields of an event in either encoding."""
+    if isinstance(raw, Mapping):
+        return raw.get("type"), dict(raw)
+    if not isinstance(raw, list | tuple) or not raw:
+        raise KVEventDecodeError(f"an event must be a tagged array or a map, got {raw!r}")
+    kind = raw[0].decode() if isinstance(raw[0], bytes) else raw[0]
+    names = _STORED_FIELDS if kind == STORED else _REMOVED_FIELDS
+    return kind, dict(zip(names, raw[1:], strict=False))
+
+
 def decode_event(raw: Any) -> CacheEvent | None:
     """One event in either encoding; None for an event kind the map does not use."""
-    if isinstance(raw, Mapping):
-        kind, hashes = raw.get("type"), raw.get("block_hashes")
-    elif isinstance(raw, list | tuple) and raw:
-        kind, hashes = raw[0], raw[1] if len(raw) > 1 else None
-    else:
-        raise KVEventDecodeError(f"an event must be a tagged array or a map, got {raw!r}")
+    kind, fields = _fields(raw)
     if isinstance(kind, bytes):
         kind = kind.decode()
     if kind == CLEARED:
         return CacheEvent(CLEARED)
-    if kind in (STORED, REMOVED):
-        return CacheEvent(kind, _hashes(hashes))
+    medium = _optional(fields.get("medium"), str, "medium")
+    if kind == REMOVED:
+        return CacheEvent(REMOVED, _hashes(fields.get("block_hashes")), medium=medium)
+    if kind == STORED:
+        parent = fields.get("parent_block_hash")
+        return CacheEvent(
+            STORED,
+            _hashes(fields.get("block_hashes")),
+            parent_block_hash=None if parent is None else _block_hash(parent),
+            token_ids=_token_ids(fields.get("token_ids")),
+            block_size=_optional(fields.get("block_size"), int, "block_size"),
+            lora_id=_optional(fields.get("lora_id"), int, "lora_id"),
+            lora_name=_optional(fields.get("lora_name"), str, "lora_name"),
+            medium=medium,
+        )
     if isinstance(kind, str):
         return None  # a future event kind: skipping it keeps the consumer running
     raise KVEventDecodeError(f"an event needs a string tag, got {kind!r}")
@@ -143,29 +207,6 @@ class SequenceTracker:
         """A snapshot reflects every message below ``sequence``: expect that one next."""
         if self._next is None or sequence > self._next:
             self._next = sequence
-
-
-def apply_events(cache_map: CacheMap, replica: str, events: Iterable[CacheEvent]) -> int:
-    """Apply ``events`` in order for ``replica``; consecutive removals go as one batch
-    (002 §3.3's batched eviction, O(batch) through the reverse index).  Returns the
-    number of events applied."""
-    removed: list[int] = []
-    count = 0
-    for event in events:
-        count += 1
-        if event.kind == REMOVED:
-            removed.extend(event.block_hashes)
-            continue
-        if removed:
-            cache_map.apply_removed(replica, removed)
-            removed = []
-        if event.kind == STORED:
-            cache_map.apply_stored(replica, event.block_hashes)
-        else:
-            cache_map.clear(replica)
-    if removed:
-        cache_map.apply_removed(replica, removed)
-    return count
 
 
 def split_kv_event_params(params: Mapping[str, Any]) -> tuple[dict[str, str], dict[str, Any]]:

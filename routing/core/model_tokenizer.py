@@ -17,12 +17,20 @@ ids equal the engine's:
 * ``encode_batch_fast`` on a one-item batch, not ``encode``: only the batch calls
   release the GIL, which is what lets the balancer tokenize a long prompt in a
   worker thread while its event loop keeps serving.
+
+Text is tokenized in segments cut at the added tokens, each remembered in a
+bounded cache (``routing.core.segments``), so a follow-up chat turn tokenizes
+only its new message.  That is exact only for tokenizers that never let a
+segment's neighbours change its ids; ``_segmenter`` checks the tokenizer's
+configuration and compares segmented with whole-text encoding on probe texts
+at load, and a tokenizer failing either is encoded whole-text, as before.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from array import array
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,6 +39,13 @@ from tokenizers import processors
 
 from routing.core.chat_template import ChatTemplate, Clock
 from routing.core.prompts import FALLBACK, ChatPrompt
+from routing.core.segments import (
+    DEFAULT_CACHE_TOKENS,
+    SegmentCache,
+    SegmentedEncoder,
+    added_token_splitter,
+    split_at_added_tokens,
+)
 from routing.core.tokenizer import render_chat
 
 SPECIAL_TOKEN_KEYS = (
@@ -73,7 +88,13 @@ def special_tokens(config: Mapping[str, Any]) -> dict[str, str]:
 class ModelTokenizer:
     """One model's tokenizer and chat template (a ``PromptEncoder``)."""
 
-    def __init__(self, files: TokenizerFiles, *, now: Clock | None = None) -> None:
+    def __init__(
+        self,
+        files: TokenizerFiles,
+        *,
+        now: Clock | None = None,
+        cache_tokens: int = DEFAULT_CACHE_TOKENS,
+    ) -> None:
         try:
             self._tok = HFTokenizer.from_str(files.tokenizer_json)
         except Exception as exc:  # tokenizers raises a bare Exception on bad JSON
@@ -88,6 +109,11 @@ class ModelTokenizer:
             self.template = ChatTemplate(source, special_tokens=tokens, now=now)
             where = "chat_template.jinja" if files.chat_template else "tokenizer_config.json"
             self.template_source = f"{files.origin} ({where})"
+        self.segments = _segmenter(self._tok, cache_tokens)
+        # Where the post-processor puts its special tokens around the text (BOS...),
+        # for segmented encoding with add_special_tokens=True; None: encode whole.
+        self._wrapping = _special_wrapping(self._tok) if self.segments else None
+        self._splitter = added_token_splitter(self.segments.fixed) if self.segments else None
 
     def render(self, prompt: ChatPrompt) -> str:
         if self.template is None:
@@ -103,9 +129,123 @@ class ModelTokenizer:
             extra=prompt.template_kwargs,
         )
 
-    def encode(self, text: str, *, add_special_tokens: bool) -> list[int]:
+    def encode(self, text: str, *, add_special_tokens: bool) -> Sequence[int]:
+        """The text's ids; packed (``array('I')``) when segmented, which block hashing
+        reads as is, with no list of Python ints built in between."""
+        if self.segments is not None:
+            if not add_special_tokens:
+                return self.segments.encode(self.split(text))
+            if self._wrapping is not None:
+                before, after = self._wrapping
+                return before + self.segments.encode(self.split(text)) + after
+        return self.encode_whole(text, add_special_tokens=add_special_tokens)
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self._tok.get_vocab_size(with_added_tokens=True))
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return str(self._tok.decode(list(ids), skip_special_tokens=False))
+
+    def encode_whole(self, text: str, *, add_special_tokens: bool) -> list[int]:
+        """The text's ids from one tokenizer call, no segments, no cache."""
         (encoding,) = self._tok.encode_batch_fast([text], add_special_tokens=add_special_tokens)
         return list(encoding.ids)
+
+    def split(self, text: str) -> list[str]:
+        """The segments ``encode`` tokenizes separately (the whole text when not segmenting)."""
+        if self._splitter is None:
+            return [text]
+        return split_at_added_tokens(text, self._splitter)
+
+
+def _segmenter(tok: HFTokenizer, cache_tokens: int) -> SegmentedEncoder | None:
+    """A segmented encoder for ``tok``, or None where segments could change the ids."""
+    added = {token.content: token_id for token_id, token in tok.get_added_tokens_decoder().items()}
+    if cache_tokens <= 0 or not added or not _splits_cleanly(tok):
+        return None
+
+    def encode_batch(texts: list[str]) -> list[list[int]]:
+        return [e.ids for e in tok.encode_batch_fast(texts, add_special_tokens=False)]
+
+    segmenter = SegmentedEncoder(encode_batch, SegmentCache(cache_tokens), added)
+    splitter = added_token_splitter(added)
+    for probe in _probes(list(added)):
+        whole = encode_batch([probe])[0]
+        if list(segmenter.encode(split_at_added_tokens(probe, splitter))) != whole:
+            return None
+    # Probing filled the cache with the probes: start empty.
+    return SegmentedEncoder(encode_batch, SegmentCache(cache_tokens), added)
+
+
+def _splits_cleanly(tok: HFTokenizer) -> bool:
+    """Whether the tokenizer cuts added tokens out of the raw text and nothing else.
+
+    An added token that strips the whitespace beside it (``lstrip``/``rstrip``),
+    matches only whole words, or is matched on normalized text changes its
+    neighbours; truncation or padding would apply to every segment."""
+    if tok.truncation is not None or tok.padding is not None:
+        return False
+    for token in tok.get_added_tokens_decoder().values():
+        if token.lstrip or token.rstrip or token.single_word:
+            return False
+        if token.normalized and tok.normalizer is not None:
+            return False
+    return True
+
+
+def _probes(added: list[str]) -> list[str]:
+    """Texts around every added token: neighbouring spaces, newlines, words, the token
+    first and last, back to back, and a segment that is not the first starting with a
+    space (pre-tokenizers that prepend a space to the first word only differ there)."""
+    texts = []
+    for token in added:
+        texts += [
+            f"Hello world{token} again",
+            f"{token} leading space\n\n and {token}\n\ntrailing ",
+            f"a {token}{token} b  {token}  c\n",
+            f"x{token}x{token}",
+            f"{token}\u00e9t\u00e9 \u4f60\u597d{token} 123,456.",
+        ]
+    texts.append("".join(f" w{i} {token}" for i, token in enumerate(added)))
+    return texts
+
+
+def _special_wrapping(tok: HFTokenizer) -> tuple[array[int], array[int]] | None:
+    """The ids the post-processor adds before and after a text, when it only wraps it."""
+    probe = "wrapping probe: one two"
+    bare = tok.encode(probe, add_special_tokens=False).ids
+    wrapped = tok.encode(probe, add_special_tokens=True).ids
+    for start in range(len(wrapped) - len(bare) + 1):
+        if wrapped[start : start + len(bare)] == bare:
+            before, after = wrapped[:start], wrapped[start + len(bare) :]
+            other = "another: three"
+            other_bare = tok.encode(other, add_special_tokens=False).ids
+            if tok.encode(other, add_special_tokens=True).ids == [*before, *other_bare, *after]:
+                return array("I", before), array("I", after)
+            return None
+    return None
+
+
+TOKENIZER_JSON = "tokenizer.json"
+TOKENIZER_CONFIG = "tokenizer_config.json"
+CHAT_TEMPLATE = "chat_template.jinja"
+
+
+def tokenizer_files(origin: str, read: Callable[[str], str | None]) -> TokenizerFiles:
+    """A model's files from ``read(file name)`` (its text, or None when absent): the
+    Hugging Face layout, the same for the balancer and the emulated replica; the
+    caller does the reading."""
+    tokenizer_json = read(TOKENIZER_JSON)
+    if tokenizer_json is None:
+        raise TokenizerFilesError(f"{origin}: no {TOKENIZER_JSON} there")
+    config_text = read(TOKENIZER_CONFIG)
+    return TokenizerFiles(
+        origin=origin,
+        tokenizer_json=tokenizer_json,
+        config=load_config(config_text, origin) if config_text is not None else {},
+        chat_template=read(CHAT_TEMPLATE),
+    )
 
 
 def load_config(text: str, origin: str) -> dict[str, Any]:

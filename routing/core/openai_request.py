@@ -19,9 +19,10 @@ Routing needs the prompt's tokens once: parsing reduces the prompt to a
 ``routing.core.prompts.Prompt`` (chat messages with the options vLLM's chat
 path reads, text, or token ids); the balancer renders and tokenizes it with the
 served model's encoder (``prompt_tokens``, possibly in a worker thread), and
-``describe`` hashes the full blocks with the shared seed and the LoRA adapter as
-the extra key, so a block hash here means the same KV block in a replica's
-prefix cache (see ``routing.core.blocks``).
+``describe`` keys the full blocks under the model's block scheme (its engine's
+block size, Meridian's chain or the engine's own hash) with the LoRA adapter as
+the extra key, so a key here means the same KV block as the key of a replica's
+KV event (``routing.core.block_identity``).
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from enum import Enum
 from typing import Any
 
 from routing.core import errors
-from routing.core.blocks import block_hashes
+from routing.core.block_identity import BlockScheme
 from routing.core.openai_inputs import ChatInput, PromptInput, embedding_input, responses_input
 from routing.core.prompts import ChatPrompt, Prompt, TextPrompt, TokenPrompt
 from routing.core.types import RequestDescriptor
@@ -154,20 +155,21 @@ def describe(
     *,
     request_id: str,
     session_key: str,
-    hash_seed: str,
+    scheme: BlockScheme,
     forwarded: bool,
     model: str | None = None,
     lora: str | None = None,
 ) -> RequestDescriptor:
     """The request as the policies see it: its prompt's ``tokens`` (from
-    ``routing.core.prompts.prompt_tokens``) hashed in full blocks.  A LoRA adapter
-    is part of every block's key, as in the engine: its KV differs from the base's.
+    ``routing.core.prompts.prompt_tokens``) keyed in full blocks under ``scheme``.
+    A LoRA adapter is part of every block's key, as in the engine: its KV differs
+    from the base's.
     ``model`` is the model whose replicas serve it (an adapter's base model)."""
     return RequestDescriptor(
         request_id=request_id,
         model=model or request.model,
         prompt_tokens=len(tokens),
-        block_hashes=tuple(block_hashes(tokens, extra=lora or "", seed=hash_seed)),
+        block_hashes=tuple(scheme.keys(tokens, lora or "")),
         session_key=session_key,
         max_tokens=request.max_tokens,
         lora=lora,

@@ -29,7 +29,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from routing.core.tokenizer import Tokenizer, WordTokenizer, render_chat
+from routing.core.segments import (
+    DEFAULT_CACHE_TOKENS,
+    SegmentCache,
+    SegmentedEncoder,
+    split_after,
+)
+from routing.core.tokenizer import HEADER_END, Tokenizer, WordTokenizer, render_chat
 
 FALLBACK = "fallback"
 
@@ -83,7 +89,7 @@ class PromptEncoder(Protocol):
 
     def render(self, prompt: ChatPrompt) -> str: ...
 
-    def encode(self, text: str, *, add_special_tokens: bool) -> list[int]: ...
+    def encode(self, text: str, *, add_special_tokens: bool) -> Sequence[int]: ...
 
 
 def prompt_tokens(prompt: Prompt, encoder: PromptEncoder) -> Sequence[int]:
@@ -115,12 +121,23 @@ class FallbackEncoder:
     Correct only against engines that render and tokenize the same way (the
     emulated replica); ``/internal/state`` reports such a model as ``fallback``.
     The word tokenizer has no special tokens, so ``add_special_tokens`` changes nothing.
+    It ends a token after every punctuation character, so its text is tokenized in
+    segments cut after each template header's ``|>`` through a segment cache
+    (``routing.core.segments``); any other tokenizer encodes the whole text.
     """
 
     template_source = FALLBACK
 
-    def __init__(self, tokenizer: Tokenizer | None = None) -> None:
+    def __init__(
+        self, tokenizer: Tokenizer | None = None, *, cache_tokens: int = DEFAULT_CACHE_TOKENS
+    ) -> None:
         self.tokenizer = tokenizer or WordTokenizer()
+        self.segments: SegmentedEncoder | None = None
+        if isinstance(self.tokenizer, WordTokenizer) and cache_tokens > 0:
+            encode = self.tokenizer.encode
+            self.segments = SegmentedEncoder(
+                lambda texts: [encode(text) for text in texts], SegmentCache(cache_tokens), {}
+            )
 
     @property
     def tokenizer_source(self) -> str:
@@ -129,8 +146,10 @@ class FallbackEncoder:
     def render(self, prompt: ChatPrompt) -> str:
         return render_chat(prompt.messages)
 
-    def encode(self, text: str, *, add_special_tokens: bool) -> list[int]:
-        return self.tokenizer.encode(text)
+    def encode(self, text: str, *, add_special_tokens: bool) -> Sequence[int]:
+        if self.segments is None:
+            return self.tokenizer.encode(text)
+        return self.segments.encode(split_after(text, HEADER_END))
 
 
 def _content_chars(content: Any) -> int:

@@ -33,6 +33,8 @@ _TOKEN_RE = re.compile(r"\s*(?:[A-Za-z0-9]+|[^\sA-Za-z0-9])|\s+$")
 VOCAB_SIZE = 1 << 31
 # What a chat prompt ends with: the header the model's reply follows.
 GENERATION_PROMPT = "<|assistant|>"
+# How every header of the fixed template ends; a token always ends after it.
+HEADER_END = "|>"
 
 
 class Tokenizer(Protocol):

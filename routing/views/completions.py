@@ -107,7 +107,7 @@ async def admit(
     try:
         # An adapter name routes among its base model's replicas (routing.core.lora).
         model, adapter = resolve_model(
-            parsed.model, snapshot.models if snapshot else (), runtime.config.lora_adapters
+            parsed.model, snapshot.models if snapshot else (), runtime.adapters.adapters()
         )
     except UnknownModelError:
         raise errors.model_not_found(parsed.model) from None
@@ -123,7 +123,8 @@ async def admit(
         session_key=session_key(
             parsed, request.headers.get("X-Session-ID"), request.META.get("REMOTE_ADDR")
         ),
-        hash_seed=runtime.config.hash_seed,
+        # The base model's scheme: its replicas report the block size.
+        scheme=runtime.block_schemes.scheme(model),
         forwarded=bool(request.headers.get(HOP_HEADER)),
         model=model,
         lora=adapter,

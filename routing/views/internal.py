@@ -191,7 +191,9 @@ def _model_row(rt: BalancerRuntime, model: str) -> dict[str, Any]:
         "queue_max_wait_s": spec.queue_max_wait_s if spec else None,
         # Where routing's tokens come from: the model's own files, or "fallback".
         "tokens": describe_source(rt.encoders.for_model(model)),
-        "lora_adapters": sorted(a for a, base in rt.config.lora_adapters.items() if base == model),
+        "lora_adapters": sorted(a for a, base in rt.adapters.adapters().items() if base == model),
+        # Which block size and scheme key this model's blocks, and where the size came from.
+        "block_identity": rt.block_schemes.view(model),
     }
 
 

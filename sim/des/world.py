@@ -18,6 +18,7 @@ import tracemalloc
 from dataclasses import dataclass, field
 
 from routing.core.availability import PUSHING_KEY, split_pushing_params
+from routing.core.blocks import DEFAULT_SEED
 from routing.core.tokenizer import build_tokenizer
 from routing.core.topology import ModelSpec, PeerSpec, ReplicaSpec
 from sim.des.balancer import SimBalancer
@@ -146,9 +147,9 @@ class World:
         started = time.perf_counter()
         budget = Budget(cfg.duration_s, cfg.max_requests, start_s=cfg.warmup_s)
         records: list[RequestRecord] = []
-        ctx = ClientContext(
-            self.loop, self.tokenizer, self.vocab, cfg.engine.hash_seed, budget, records
-        )
+        # Clients key blocks as a balancer in token_ids mode would: with Meridian's
+        # own chain, whatever hash the emulated engines use inside.
+        ctx = ClientContext(self.loop, self.tokenizer, self.vocab, DEFAULT_SEED, budget, records)
         for lb in self.balancers.values():
             lb.start()
         self.loop.run(until=cfg.warmup_s)

@@ -3,7 +3,9 @@
 The GPU's KV cache is ``num_blocks`` blocks of ``block_size`` tokens.  Each
 block has a reference count (how many running requests use it) and, once it
 holds a *full* block of computed tokens, the chained hash of those tokens
-(``routing.core.blocks``).  A hash -> block map is the prefix cache.
+(vLLM's, ``sim.engine.request``).  A hash -> block map is the prefix cache; for
+each cached hash the pool also keeps the store that described it (parent, tokens,
+LoRA), so a snapshot can re-describe every cached block as a ``BlockStored``.
 
 Freed blocks are not wiped: a block whose reference count drops to zero goes
 to the tail of a free queue but keeps its hash, so a later request with the
@@ -46,6 +48,7 @@ class BlockPool:
         self.ref_counts = [0] * num_blocks
         self.block_hash: list[int | None] = [None] * num_blocks
         self.cached: dict[int, int] = {}
+        self.stores: dict[int, BlockStored] = {}  # cached hash -> its one-block store
         # Insertion order is the eviction order: head = least recently freed.
         self.free_queue: OrderedDict[int, None] = OrderedDict.fromkeys(range(num_blocks))
 
@@ -94,6 +97,7 @@ class BlockPool:
             if old_hash is not None:
                 self.block_hash[block] = None
                 del self.cached[old_hash]
+                del self.stores[old_hash]
                 evicted.append(old_hash)
             self.ref_counts[block] = 1
             blocks.append(block)
@@ -117,6 +121,7 @@ class BlockPool:
         token_ids: Sequence[int],
         parent: int | None,
         lora_id: int | None = None,
+        lora_name: str = "",
     ) -> None:
         """Register blocks ``start..end`` of a request under their hashes.
 
@@ -126,19 +131,25 @@ class BlockPool:
         """
         if not self.enable_caching:
             return
+        size, lora = self.block_size, lora_name or None
         run: list[int] = []
         run_parent = parent
         run_start = start
         for index in range(start, end):
             block, block_hash = blocks[index], hashes[index]
+            block_parent = hashes[index - 1] if index else None
             if block_hash in self.cached:
-                self._emit_stored(run, run_parent, run_start, token_ids, lora_id)
+                self._emit_stored(run, run_parent, run_start, token_ids, lora_id, lora)
                 run, run_parent, run_start = [], block_hash, index + 1
                 continue
             self.cached[block_hash] = block
             self.block_hash[block] = block_hash
+            tokens = list(token_ids[index * size : (index + 1) * size])
+            self.stores[block_hash] = BlockStored(
+                [block_hash], block_parent, tokens, size, lora_id, lora
+            )
             run.append(block_hash)
-        self._emit_stored(run, run_parent, run_start, token_ids, lora_id)
+        self._emit_stored(run, run_parent, run_start, token_ids, lora_id, lora)
 
     def _emit_stored(
         self,
@@ -147,18 +158,20 @@ class BlockPool:
         first: int,
         token_ids: Sequence[int],
         lora_id: int | None,
+        lora_name: str | None,
     ) -> None:
         if not run:
             return
         size = self.block_size
         tokens = list(token_ids[first * size : (first + len(run)) * size])
-        self.events.append(BlockStored(run, parent, tokens, size, lora_id))
+        self.events.append(BlockStored(run, parent, tokens, size, lora_id, lora_name))
 
     def reset_prefix_cache(self) -> bool:
         """Forget every cached hash; refused (False) while any block is in use, as in vLLM."""
         if self.num_free != self.num_blocks:
             return False
         self.cached.clear()
+        self.stores.clear()
         self.block_hash = [None] * self.num_blocks
         self.events.append(AllBlocksCleared())
         return True

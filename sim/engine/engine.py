@@ -34,7 +34,8 @@ import math
 from collections import deque
 from dataclasses import dataclass, field
 
-from routing.core.blocks import BLOCK_SIZE, DEFAULT_SEED
+from routing.core.block_identity import VLLM_DEFAULT_SEED, HashAlgo, VllmHashSpec
+from routing.core.blocks import BLOCK_SIZE
 from sim.engine.block_pool import BlockPool
 from sim.engine.events import KVEventBuffer
 from sim.engine.profiles import get_profile
@@ -54,11 +55,17 @@ class EngineConfig:
     max_model_len: int = 8192
     max_loras: int = 4
     enable_prefix_caching: bool = True
-    hash_seed: str = DEFAULT_SEED
+    # vLLM's --prefix-caching-hash-algo and PYTHONHASHSEED (its NONE_HASH seed).
+    hash_algo: HashAlgo = HashAlgo.SHA256
+    hash_seed: str = VLLM_DEFAULT_SEED
     profile: str = "l4-llama3.1-8b"
     seed: int = 0
     output_lengths: OutputLengthModel = field(default_factory=OutputLengthModel)
     event_buffer_size: int = 10_000
+
+    @property
+    def hash_spec(self) -> VllmHashSpec:
+        return VllmHashSpec(self.hash_algo, self.hash_seed)
 
 
 @dataclass(frozen=True)
@@ -149,7 +156,7 @@ class Engine:
                 f"{request.max_tokens} in the completion)."
             )
         cfg = self.config
-        request.start(self.clock, cfg.hash_seed, cfg.block_size)
+        request.start(self.clock, cfg.hash_spec, cfg.block_size)
         request.rng = cfg.output_lengths.rng_for(request.prompt_token_ids, request.seed, cfg.seed)
         sampled = cfg.output_lengths.sample(request.rng)
         if request.output_token_ids is not None:
@@ -306,6 +313,7 @@ class Engine:
             request.token_ids,
             parent,
             request.lora_id,
+            request.lora_name,
         )
         request.num_cached_blocks = full
 
@@ -319,7 +327,7 @@ class Engine:
             return self._finish(request, FinishReason.STOP, [])
         token = self._next_token(request)
         cfg = self.config
-        request.append_token(token, cfg.hash_seed, cfg.block_size)
+        request.append_token(token, cfg.hash_spec, cfg.block_size)
         self.stats.generation_tokens += 1
         if request.first_token_time is None:
             request.first_token_time = self.clock

@@ -3,14 +3,18 @@
 vLLM (``vllm/distributed/kv_events.py``) reports the life of every cached block
 so that a router can keep an index of which replica holds which prefix:
 
-* ``BlockStored``: full blocks just entered the prefix cache, with their chained
-  hashes, the hash of the block before the first one (``None`` at the start of
-  a sequence), their token ids, the block size and the LoRA id;
+* ``BlockStored``: full blocks just entered the prefix cache, with their hashes
+  (the int form: each digest's low 64 bits), the hash of the block before the
+  first one (``None`` at the start of a sequence), their token ids, the block
+  size, the LoRA id and name, the storage medium, and per block the extra keys
+  that went into its hash (untagged: the LoRA name);
 * ``BlockRemoved``: cached blocks were evicted (reused for other tokens);
 * ``AllBlocksCleared``: the whole prefix cache was reset.
 
-On the wire each event is a msgspec ``array_like`` tagged struct, i.e. a list
-whose first item is the tag; ``as_wire`` returns exactly that list.
+On the wire vLLM 0.32 encodes each event as msgspec encodes a tagged struct: a
+map whose first key is ``type``, then the fields in declaration order, with the
+optional trailing fields left out when they hold their default.  ``as_wire``
+returns exactly that map (the KV cache group is always 0 here: one group).
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 from typing import Any
+
+MEDIUM_GPU = "GPU"  # vLLM's label for the prefix cache that serves hits
 
 
 @dataclass(frozen=True)
@@ -27,30 +33,41 @@ class BlockStored:
     token_ids: list[int]
     block_size: int
     lora_id: int | None = None
+    lora_name: str | None = None
 
-    def as_wire(self) -> list[Any]:
-        return [
-            "BlockStored",
-            self.block_hashes,
-            self.parent_block_hash,
-            self.token_ids,
-            self.block_size,
-            self.lora_id,
-        ]
+    def as_wire(self) -> dict[str, Any]:
+        extra = None if self.lora_name is None else [self.lora_name]
+        return {
+            "type": "BlockStored",
+            "block_hashes": self.block_hashes,
+            "parent_block_hash": self.parent_block_hash,
+            "token_ids": self.token_ids,
+            "block_size": self.block_size,
+            "lora_id": self.lora_id,
+            "medium": MEDIUM_GPU,
+            "lora_name": self.lora_name,
+            "extra_keys": [extra] * len(self.block_hashes),
+            "group_idx": 0,
+        }
 
 
 @dataclass(frozen=True)
 class BlockRemoved:
     block_hashes: list[int]
 
-    def as_wire(self) -> list[Any]:
-        return ["BlockRemoved", self.block_hashes]
+    def as_wire(self) -> dict[str, Any]:
+        return {
+            "type": "BlockRemoved",
+            "block_hashes": self.block_hashes,
+            "medium": MEDIUM_GPU,
+            "group_idx": 0,
+        }
 
 
 @dataclass(frozen=True)
 class AllBlocksCleared:
-    def as_wire(self) -> list[Any]:
-        return ["AllBlocksCleared"]
+    def as_wire(self) -> dict[str, Any]:
+        return {"type": "AllBlocksCleared"}
 
 
 KVEvent = BlockStored | BlockRemoved | AllBlocksCleared

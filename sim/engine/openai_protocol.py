@@ -5,7 +5,12 @@ Parsing returns a ``GenerationRequest`` or raises ``APIError`` carrying the
 status and OpenAI-style error object (``{"error": {message, type, param,
 code}}``) that the replica sends back.  Chat messages are rendered with
 ``routing.core.tokenizer.render_chat`` and tokenized with the shared tokenizer,
-so the balancer and the replica count and hash the very same tokens.
+so the balancer and the replica count and hash the very same tokens; a replica
+given the model's tokenizer files (``--tokenizer DIR``) passes its
+``ModelTokenizer`` as ``encoder`` instead, and chat and completions are then
+rendered and tokenized the way vLLM does with that model (chat template, and
+``add_special_tokens`` false for chat, true for completions, unless the request
+says otherwise).
 
 Fields that shape the answer are honoured or refused, never dropped:
 ``logprobs``/``top_logprobs`` (``sim.engine.logprobs``), ``tools``,
@@ -25,6 +30,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from routing.core.chat_template import TemplateError
+from routing.core.prompts import ChatPrompt, PromptEncoder, TextPrompt, prompt_tokens
 from routing.core.tokenizer import Tokenizer, render_chat
 from sim.engine.logprobs import DEFAULT_MAX_LOGPROBS
 from sim.engine.structured import (
@@ -107,11 +114,13 @@ def parse_generation(
     max_model_len: int,
     loras: Mapping[str, int] | None = None,
     server: ServerOptions | None = None,
+    encoder: PromptEncoder | None = None,
 ) -> GenerationRequest:
     """Validate a ``/v1/chat/completions`` or ``/v1/completions`` body.
 
     ``model`` may name the base model or one of ``loras`` (adapter name -> id),
-    as with vLLM's ``--lora-modules``.
+    as with vLLM's ``--lora-modules``.  ``encoder``: the model's own tokenizer and
+    chat template, when the replica has them.
     """
     server = server or ServerOptions()
     body = _json_object(raw)
@@ -124,7 +133,9 @@ def parse_generation(
             param="model",
             code="model_not_found",
         )
-    if kind == "chat":
+    if encoder is not None:
+        tokens = _model_tokens(kind, body, encoder, tokenizer)
+    elif kind == "chat":
         tokens = tokenizer.encode(render_chat(_messages(body)))
     else:
         tokens = _prompt_tokens(body.get("prompt"), tokenizer)
@@ -240,6 +251,34 @@ def _messages(body: dict[str, Any]) -> list[dict[str, Any]]:
     except ValueError as exc:
         raise APIError(str(exc), param="messages") from None
     return messages
+
+
+def _model_tokens(
+    kind: Kind, body: dict[str, Any], encoder: PromptEncoder, tokenizer: Tokenizer
+) -> list[int]:
+    """The prompt's ids under the model's own tokenizer and chat template (vLLM's way)."""
+    if kind != "chat":
+        prompt = body.get("prompt")
+        if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
+            prompt = prompt[0]
+        if not isinstance(prompt, str):
+            return _prompt_tokens(prompt, tokenizer)  # token ids, used as they are
+        special = _optional(body, "add_special_tokens", bool, True)
+        return list(prompt_tokens(TextPrompt(prompt, add_special_tokens=special), encoder))
+    kwargs = _optional(body, "chat_template_kwargs", dict, {})
+    chat = ChatPrompt(
+        _messages(body),
+        tools=_optional(body, "tools", list, None),
+        documents=_optional(body, "documents", list, None),
+        add_generation_prompt=_optional(body, "add_generation_prompt", bool, True),
+        continue_final_message=_optional(body, "continue_final_message", bool, False),
+        template_kwargs=kwargs,
+        add_special_tokens=_optional(body, "add_special_tokens", bool, False),
+    )
+    try:
+        return list(prompt_tokens(chat, encoder))
+    except TemplateError as exc:  # vLLM answers a template's refusal with a 400
+        raise APIError(f"The chat template refused the messages: {exc}", param="messages") from None
 
 
 def _prompt_tokens(prompt: Any, tokenizer: Tokenizer) -> list[int]:

@@ -80,6 +80,24 @@ def _lora_info(lines: list[str], engine: Engine, gauge: LoraInfoGauge) -> None:
     )
 
 
+def _cache_config_info(lines: list[str], engine: Engine) -> None:
+    """vLLM's ``cache_config_info``: its CacheConfig as labels of a gauge fixed at 1.
+
+    Meridian reads the model's block size from it (``routing.core.engine_metrics``);
+    only the labels the emulation has an answer for are served."""
+    cfg = engine.config
+    labels = (
+        f'{{block_size="{cfg.block_size}",'
+        f'enable_prefix_caching="{cfg.enable_prefix_caching}",'
+        f'prefix_caching_hash_algo="{cfg.hash_algo.value}",'
+        f'num_gpu_blocks="{cfg.num_blocks}",engine="0"}}'
+    )
+    name = "vllm:cache_config_info"
+    _metric(
+        lines, name, "gauge", "Information of the LLMEngine CacheConfig", [f"{name}{labels} 1.0"]
+    )
+
+
 def render_metrics(engine: Engine, model: str, lora_info: LoraInfoGauge | None = None) -> str:
     """The replica's ``/metrics`` body; ``lora_info`` when it serves adapters (vLLM
     exports ``lora_requests_info`` only with ``--enable-lora``)."""
@@ -116,6 +134,7 @@ def render_metrics(engine: Engine, model: str, lora_info: LoraInfoGauge | None =
     _metric(lines, "vllm:request_success", "counter", "Count of finished requests.", success)
     if lora_info is not None:
         _lora_info(lines, engine, lora_info)
+    _cache_config_info(lines, engine)
     _histogram(
         lines, "vllm:time_to_first_token_seconds", "Time to first token in seconds.",
         stats.ttft, model,

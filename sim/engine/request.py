@@ -7,9 +7,11 @@ do I compute now": the whole rest of the prompt (prefill), a chunk of it
 (chunked prefill) or the one token sampled last step (decode), exactly as in
 vLLM V1, where prefill and decode are not separate phases.
 
-Block hashes are extended as tokens arrive, through the same
-``routing.core.blocks`` functions the balancer uses, so generated tokens are
-cacheable too (a follow-up turn can hit them).
+Block hashes are vLLM's own (``routing.core.block_identity.VllmHashSpec``: sha256
+of the parent's digest, the block's tokens and the LoRA extra keys), extended as
+tokens arrive so generated tokens are cacheable too (a follow-up turn can hit
+them).  The cache and the KV events use each digest's low 64 bits, the int form
+vLLM's events carry; the full digests chain the next block.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import zlib
 from array import array
 from dataclasses import dataclass, field
 
-from routing.core.blocks import block_hash, block_hashes, root_hash
+from routing.core.block_identity import VllmHashSpec, external_hash, lora_extra_keys
 
 
 class FinishReason(enum.StrEnum):
@@ -69,6 +71,7 @@ class EngineRequest:
     seed: int | None = None
     lora_name: str = ""  # a LoRA adapter: part of every block hash, as in vLLM
     lora_id: int | None = None
+    lora_path: str = ""  # where vLLM would load the adapter from (default: its name)
     # The tokens to generate, in order, instead of sampling: structured output, whose
     # text the replica decided up front as vLLM's guided decoding grammar would force.
     output_token_ids: list[int] | None = None
@@ -78,6 +81,7 @@ class EngineRequest:
     status: RequestStatus = RequestStatus.WAITING
     token_ids: list[int] = field(default_factory=list)
     block_hashes: list[int] = field(default_factory=list)
+    block_digests: list[bytes] = field(default_factory=list)
     blocks: list[int] = field(default_factory=list)
     num_computed_tokens: int = 0
     num_cached_blocks: int = 0
@@ -100,21 +104,26 @@ class EngineRequest:
     def num_output_tokens(self) -> int:
         return len(self.token_ids) - len(self.prompt_token_ids)
 
-    def start(self, arrival_time: float, hash_seed: str, block_size: int) -> None:
+    @property
+    def extra_keys(self) -> tuple[tuple[str, str, str], ...] | None:
+        return lora_extra_keys(self.lora_name, self.lora_path or self.lora_name)
+
+    def start(self, arrival_time: float, spec: VllmHashSpec, block_size: int) -> None:
         """Reset the mutable state and hash the prompt's full blocks."""
         self.token_ids = list(self.prompt_token_ids)
-        self.block_hashes = block_hashes(
-            self.token_ids, block_size=block_size, extra=self.lora_name, seed=hash_seed
-        )
+        self.block_digests = spec.digests(self.token_ids, block_size, self.extra_keys)
+        self.block_hashes = [external_hash(d) for d in self.block_digests]
         self.arrival_time = arrival_time
 
-    def append_token(self, token_id: int, hash_seed: str, block_size: int) -> None:
+    def append_token(self, token_id: int, spec: VllmHashSpec, block_size: int) -> None:
         """Append a generated token; hash the block it completes, if any."""
         self.token_ids.append(token_id)
         if len(self.token_ids) % block_size == 0:
-            parent = self.block_hashes[-1] if self.block_hashes else root_hash(hash_seed)
+            parent = self.block_digests[-1] if self.block_digests else None
             block = self.token_ids[-block_size:]
-            self.block_hashes.append(block_hash(parent, block, self.lora_name))
+            (digest,) = spec.digests(block, block_size, self.extra_keys, parent)
+            self.block_digests.append(digest)
+            self.block_hashes.append(external_hash(digest))
 
     def finish_reason_after_token(self, max_model_len: int) -> FinishReason | None:
         """Why the request is done after its latest token, or None to keep going."""

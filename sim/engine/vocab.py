@@ -10,6 +10,7 @@ every generated word.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from itertools import product
 
 from routing.core.tokenizer import Tokenizer
@@ -22,10 +23,13 @@ _SYLLABLES = ("ka", "lo", "mi", "ne", "ru", "sa", "to", "vi", "da", "pe", "ri", 
 class Vocabulary:
     """A fixed list of single-token words; token id <-> text both ways."""
 
-    def __init__(self, tokenizer: Tokenizer, size: int = 1024) -> None:
+    def __init__(
+        self, tokenizer: Tokenizer, size: int = 1024, extra_words: Sequence[str] = ()
+    ) -> None:
         self.token_ids: list[int] = []
         self._text: dict[int, str] = {}
-        for word in self._candidates():
+        # extra_words: a model's own words (sim.engine.model_text), tried after the syllables.
+        for word in [*self._candidates(), *extra_words]:
             piece = " " + word
             ids = tokenizer.encode(piece)
             if len(ids) == 1 and ids[0] not in self._text:

@@ -27,10 +27,15 @@ def test_quick_run_prints_a_row_per_policy_and_every_table() -> None:
     # One row per structure, and each stayed within its configured bound.
     assert [m[0] for m in memory] == ["skylb", "sglang", "cache"]
     assert all(m[-1] == "yes" for m in memory)
-    # The whole decision: model tokenizer and fallback for each of the three prompt sizes.
+    # The whole decision: model tokenizer and fallback, a fresh conversation and its
+    # follow-up turn, for each of the three prompt sizes.
     decisions = [line.split() for line in lines if line.split()[:1] in (["model"], ["fallback"])]
-    assert [d[0] for d in decisions] == ["model", "fallback"] * 3
-    assert all(len(d) == 7 and int(d[-1]) > 0 for d in decisions)
+    assert [d[:2] for d in decisions] == [
+        ["model", "fresh"], ["model", "follow-up"], ["fallback", "fresh"], ["fallback", "follow-up"]
+    ] * 3  # fmt: skip
+    assert all(len(d) == 8 and int(d[-1]) > 0 for d in decisions)
+    # A follow-up turn is its conversation plus two new messages: more tokens.
+    assert all(int(up[2]) > int(fresh[2]) for fresh, up in zip(decisions[::2], decisions[1::2]))
 
 
 def test_unknown_policies_are_refused() -> None:

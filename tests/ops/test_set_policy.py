@@ -6,6 +6,7 @@ from django.core.management import CommandError, call_command
 from fleet.models import Event, ServiceConfig
 from ops.demo import DEMO_MODEL, DEMO_POLICY
 from tests.support.demo_fleet import seed_demo_fleet
+from workers.policy_config import PolicyConfigError, validate_policy
 
 
 @pytest.fixture
@@ -57,3 +58,14 @@ def test_bad_policies_are_refused_and_nothing_changes(
 def test_unknown_model_is_named_in_the_error(service: ServiceConfig) -> None:
     with pytest.raises(CommandError, match="no service for model 'gpt-x'"):
         call_command("set_policy", "gpt-x", "least_load")
+
+
+def test_block_identity_and_kv_events_are_checked_apart_from_the_policys_knobs() -> None:
+    params = {
+        "block_identity": {"mode": "vllm", "hash_algo": "sha256_cbor", "hash_seed": "42"},
+        "kv_events": {"r1": "tcp://10.0.0.1:5557"},
+        "speculative_ttl_s": 5,
+    }
+    validate_policy("cache_map", params)
+    with pytest.raises(PolicyConfigError, match=r"block_identity\.mode"):
+        validate_policy("cache_map", {"block_identity": {"mode": "xxhash"}})

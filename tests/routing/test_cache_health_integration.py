@@ -1,9 +1,10 @@
 """The balancer tells a human when its view of a replica's cache is wrong, over real
 processes: emulated replicas publishing (or not) vLLM KV events, real balancers.
 
-* A balancer whose hash seed is not the engine's computes block keys that never
-  match the events' keys: the hit-rate mismatch detector fires.  The same
-  workload through a correctly configured balancer leaves it quiet.
+* A service in ``vllm`` block identity whose ``hash_seed`` is not the engine's
+  computes block keys that never match the events' keys: the hit-rate mismatch
+  detector fires.  The same workload for a service with the engine's seed leaves
+  it quiet.
 * A replica whose endpoint is written ``tcp://127.0.0.1:PORT`` makes the publisher
   connect instead of bind (as vLLM does): ``connect_endpoint``.
 * A replica that serves prefix-cache misses while no event arrives: ``silent``.
@@ -37,8 +38,8 @@ DETECTOR = {
 
 @dataclass(frozen=True)
 class Fleet:
-    right: str  # the balancer hashing like the engines
-    wrong: str  # the one with another hash seed
+    right: str  # the balancer of the services hashing like the engines
+    wrong: str  # the one of the service with another hash seed
     key: str
     replicas: dict[str, str]  # name -> url
 
@@ -91,9 +92,12 @@ def fleet(
         str(kv + 2), "--kv-events-host", "127.0.0.1", model=CONNECT,
     )  # fmt: skip
     start_replicas(module_processes, SILENT, {SILENT: ports[SILENT]}, model=SILENT)
-    params = {"pushing": "blind"}
-    for name in (GOOD, BAD, CONNECT):
-        topology.service(name, policy="cache_map", policy_params=params)
+    params: dict[str, Any] = {"pushing": "blind"}
+    engines_hash = {"mode": "vllm"}  # the emulated engines' default seed
+    wrong_seed = {"mode": "vllm", "hash_seed": "not-the-engines"}
+    for name, identity in ((GOOD, engines_hash), (BAD, wrong_seed), (CONNECT, engines_hash)):
+        service_params = {**params, "block_identity": identity}
+        topology.service(name, policy="cache_map", policy_params=service_params)
     # An endpoint configured where nothing publishes: the stream stays silent.
     dead = {"kv_events": {SILENT: f"tcp://127.0.0.1:{free_port()}"}}
     topology.service(SILENT, policy="cache_map", policy_params={**params, **dead})
@@ -103,9 +107,7 @@ def fleet(
     key = topology.api_key()
     env = {**child_env, "REDIS_URL": f"redis://127.0.0.1:{free_port()}/0", **DETECTOR}
     right = start_balancer(module_processes, env, "hv-right-lb", right_port)
-    wrong = start_balancer(
-        module_processes, env, "hv-wrong-lb", wrong_port, MERIDIAN_HASH_SEED="not-the-engines"
-    )
+    wrong = start_balancer(module_processes, env, "hv-wrong-lb", wrong_port)
     urls = {name: f"http://127.0.0.1:{port}" for name, port in ports.items()}
     yield Fleet(right, wrong, key, urls)
 

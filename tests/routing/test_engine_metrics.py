@@ -65,3 +65,24 @@ def test_labels_with_escaped_quotes_braces_and_timestamps_parse() -> None:
 def test_a_page_without_load_gauges_is_refused() -> None:
     with pytest.raises(MetricsFormatError):
         parse_engine_load("# just comments\nprocess_cpu_seconds_total 12\n")
+
+
+# vllm:cache_config_info as vLLM 0.32 serves it: an info gauge whose labels are its
+# CacheConfig as strings (an excerpt of its labels, in their declaration order).
+CACHE_CONFIG = (
+    'vllm:cache_config_info{block_size="32",user_specified_block_size="True",'
+    'kv_cache_layout="None",gpu_memory_utilization="0.9",cache_dtype="auto",'
+    'sliding_window="None",enable_prefix_caching="True",'
+    'prefix_caching_hash_algo="sha256_cbor",kv_cache_dtype_skip_layers="[]",'
+    'num_gpu_blocks="1170",hash_block_size="32",engine="0"} 1.0\n'
+)
+
+
+def test_the_block_size_and_hash_algorithm_come_from_cache_config_info() -> None:
+    load = parse_engine_load(VLLM + "# TYPE vllm:cache_config_info gauge\n" + CACHE_CONFIG)
+    assert (load.block_size, load.hash_algo) == (32, "sha256_cbor")
+    assert (load.running, load.waiting) == (5, 4)
+    without = parse_engine_load(VLLM)
+    assert (without.block_size, without.hash_algo) == (None, None)
+    broken = CACHE_CONFIG.replace('block_size="32"', 'block_size="None"')
+    assert parse_engine_load(VLLM + broken).block_size is None

@@ -1,8 +1,10 @@
-"""The KV-event consumer's bookkeeping, in process: batches, gaps, anti-entropy.
+"""The KV-event consumer's bookkeeping, in process: batches, gaps, anti-entropy, keys.
 
 A real ``BalancerRuntime`` serving a ``cache_map`` model; messages are handed to
 ``KVEventConsumer.accept`` as the socket reader would, and the replicas'
-``GET /kv_cache/blocks`` is answered by their loopback servers.
+``GET /kv_cache/blocks`` is answered by their loopback servers.  The bookkeeping
+tests run in ``vllm`` block identity, where the events' hashes are the keys; the
+``token_ids`` tests check that keys are rebuilt and orphans resync.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from routing.core.block_identity import parse_block_identity
 from routing.core.kv_events import REMOVED, STORED, CacheEvent, EventBatch
 from routing.core.policies.cache_map import CacheMapPolicy
 from routing.core.topology import ModelSpec
@@ -25,12 +28,17 @@ from tests.support.upstreams import MODEL, Upstreams
 pytestmark = pytest.mark.anyio
 
 
+ENGINE_KEYS = {"block_identity": {"mode": "vllm"}}
+TOKENS = list(range(500, 564))  # two 32-token blocks
+
+
 class Snapshots(Upstreams):
     """Replicas whose ``/kv_cache/blocks`` answers what the test set."""
 
     def __init__(self) -> None:
         super().__init__()
         self.blocks: dict[str, tuple[list[int], int]] = {}
+        self.stored: dict[str, list[dict[str, Any]]] = {}
         self.fetched: list[str] = []
 
     async def answer(self, request: Received) -> Reply:
@@ -38,11 +46,14 @@ class Snapshots(Upstreams):
             return await super().answer(request)
         self.fetched.append(request.server)
         blocks, sequence = self.blocks.get(request.server, ([], 0))
-        return Reply(200, [json.dumps({"blocks": blocks, "sequence": sequence}).encode()])
+        body = {"blocks": blocks, "sequence": sequence, "stored": self.stored.get(request.server)}
+        return Reply(200, [json.dumps(body).encode()])
 
 
-async def runtime(build_runtime: Any, snapshots: Snapshots) -> Any:
-    rt = await build_runtime(snapshots, model=ModelSpec(MODEL, policy="cache_map"))
+async def runtime(
+    build_runtime: Any, snapshots: Snapshots, params: dict[str, Any] = ENGINE_KEYS
+) -> Any:
+    rt = await build_runtime(snapshots, model=ModelSpec(MODEL, "cache_map", params))
     rt.kv.streams["a"] = ReplicaStream("a", "tcp://127.0.0.1:1", socket=_NoSocket())
     return rt
 
@@ -120,6 +131,64 @@ async def test_a_silently_lost_event_is_healed_by_the_next_sync(build_runtime: A
     results = await rt.kv.sync_all()
     assert {n: r.blocks for n, r in results.items()} == {"a": 2, "b": 1}
     assert cache_map(rt).holders(4) == {"a"} and cache_map(rt).holders(9) == {"b"}
+
+
+def stored(hashes: list[int], first: int, parent: int | None) -> CacheEvent:
+    tokens = tuple(TOKENS[first * 32 : (first + len(hashes)) * 32])
+    return CacheEvent(STORED, tuple(hashes), parent, tokens, block_size=32)
+
+
+def request_keys(rt: Any) -> list[int]:
+    rt.block_schemes.observe_engine(MODEL, 32)  # what the prober reads from the engine
+    return rt.block_schemes.scheme(MODEL).keys(TOKENS)
+
+
+async def test_token_ids_mode_keys_events_as_requests_are_keyed(build_runtime: Any) -> None:
+    rt = await runtime(build_runtime, Snapshots(), params={})
+    stream = rt.kv.streams["a"]
+    rt.kv.accept(stream, batch(0, stored([77], 0, None), stored([78], 1, 77)))
+    rt.kv.flush()
+    assert cache_map(rt).longest_prefix(request_keys(rt), {"a", "b"}) == (2, {"a"})
+    rt.kv.accept(stream, batch(1, CacheEvent(REMOVED, (78,))))
+    rt.kv.flush()
+    assert cache_map(rt).blocks_of("a") == request_keys(rt)[:1]
+    assert rt.kv.view()["orphans"] == 0
+
+
+async def test_an_orphan_is_counted_and_resyncs_from_the_snapshots_stores(
+    build_runtime: Any,
+) -> None:
+    snapshots = Snapshots()
+    rt = await runtime(build_runtime, snapshots, params={})
+    stream = rt.kv.streams["a"]
+    # The store of block 0 was missed (no gap: say, before the subscription).
+    snapshots.blocks["a"] = ([77, 78], 2)
+    snapshots.stored["a"] = [
+        {"type": "BlockStored", "block_hashes": [77, 78], "parent_block_hash": None,
+         "token_ids": TOKENS, "block_size": 32, "lora_id": None, "medium": "GPU"},
+    ]  # fmt: skip
+    rt.kv.accept(stream, batch(0, stored([78], 1, 77)))
+    rt.kv.flush()
+    assert rt.kv.orphans == {"a": 1}
+    assert rt.kv.view()["replicas"]["a"]["orphans"] == 1
+    await asyncio.wait_for(rt.kv._resyncs["a"], timeout=5)
+    assert snapshots.fetched == ["a"]
+    assert sorted(cache_map(rt).blocks_of("a")) == sorted(request_keys(rt))
+
+
+async def test_a_changed_block_identity_starts_the_replicas_keys_afresh(
+    build_runtime: Any,
+) -> None:
+    rt = await runtime(build_runtime, Snapshots())
+    stream = rt.kv.streams["a"]
+    rt.kv.accept(stream, batch(0, CacheEvent(STORED, (1, 2))))
+    rt.kv.flush()
+    assert cache_map(rt).blocks_of("a") == [1, 2]
+    rt.block_schemes.configure(MODEL, parse_block_identity({"mode": "token_ids"}))
+    rt.kv.accept(stream, batch(1, stored([77], 0, None)))
+    rt.kv.flush()
+    # Engine hashes 1 and 2 are no keys of the new scheme: only the re-keyed block stays.
+    assert cache_map(rt).blocks_of("a") == request_keys(rt)[:1]
 
 
 class _Wire:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -52,7 +53,7 @@ class ThreadRecorder(FallbackEncoder):
         super().__init__()
         self.threads: list[int] = []
 
-    def encode(self, text: str, *, add_special_tokens: bool) -> list[int]:
+    def encode(self, text: str, *, add_special_tokens: bool) -> Sequence[int]:
         self.threads.append(threading.get_ident())
         return super().encode(text, add_special_tokens=add_special_tokens)
 

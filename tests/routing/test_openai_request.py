@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from routing.core.block_identity import BlockIdentityMode, BlockScheme
 from routing.core.blocks import BLOCK_SIZE, block_hashes
 from routing.core.errors import ApiError
 from routing.core.openai_request import (
@@ -87,14 +88,26 @@ def test_descriptor_tokenizes_once_and_hashes_full_blocks_with_the_seed() -> Non
         _body({"model": "m", "prompt": text, "max_tokens": 7}), Endpoint.COMPLETIONS
     )
     tokens = WordTokenizer().encode(text)
-    d = describe(parsed, tokens, request_id="r", session_key="s", hash_seed="seed", forwarded=True)
+    d = describe(
+        parsed,
+        tokens,
+        request_id="r",
+        session_key="s",
+        scheme=BlockScheme(meridian_seed="seed"),
+        forwarded=True,
+    )
     assert d.prompt_tokens == len(tokens) == 40
     assert d.block_hashes == tuple(block_hashes(tokens, seed="seed"))
     assert len(d.block_hashes) == 40 // BLOCK_SIZE
     assert (d.model, d.max_tokens, d.session_key, d.forwarded) == ("m", 7, "s", True)
-    assert prompt_tokens(parsed.prompt, FallbackEncoder()) == tokens
+    assert list(prompt_tokens(parsed.prompt, FallbackEncoder())) == tokens
     other = describe(
-        parsed, tokens, request_id="r", session_key="s", hash_seed="x", forwarded=False
+        parsed,
+        tokens,
+        request_id="r",
+        session_key="s",
+        scheme=BlockScheme(meridian_seed="x"),
+        forwarded=False,
     )
     assert other.block_hashes != d.block_hashes
 
@@ -102,7 +115,14 @@ def test_descriptor_tokenizes_once_and_hashes_full_blocks_with_the_seed() -> Non
 def test_token_id_prompts_are_used_as_is() -> None:
     parsed = parse_request(_body({"model": "m", "prompt": list(range(33))}), Endpoint.COMPLETIONS)
     tokens = prompt_tokens(parsed.prompt, FallbackEncoder())
-    d = describe(parsed, tokens, request_id="r", session_key="", hash_seed="s", forwarded=False)
+    d = describe(
+        parsed,
+        tokens,
+        request_id="r",
+        session_key="",
+        scheme=BlockScheme(meridian_seed="s"),
+        forwarded=False,
+    )
     assert d.prompt_tokens == 33 and len(d.block_hashes) == 2
 
 
@@ -168,7 +188,12 @@ def test_every_route_describes_its_prompt_for_routing() -> None:
 def _described(parsed: CompletionRequest) -> RequestDescriptor:
     tokens = prompt_tokens(parsed.prompt, FallbackEncoder())
     return describe(
-        parsed, tokens, request_id="r", session_key="s", hash_seed="seed", forwarded=False
+        parsed,
+        tokens,
+        request_id="r",
+        session_key="s",
+        scheme=BlockScheme(meridian_seed="seed"),
+        forwarded=False,
     )
 
 
@@ -230,3 +255,14 @@ def test_unknown_fields_reach_the_replica_unchanged() -> None:
 def test_empty_stream_options_without_a_stream_pass_as_vllm_lets_them() -> None:
     parsed = parse_request(_body({**CHAT, "stream_options": {}}), Endpoint.CHAT)
     assert not parsed.stream and not parsed.client_wants_usage
+
+
+def test_the_descriptor_keys_blocks_under_the_models_scheme() -> None:
+    parsed = parse_request(_body({"model": "m", "prompt": list(range(70))}), Endpoint.COMPLETIONS)
+    scheme = BlockScheme(BlockIdentityMode.VLLM, block_size=32)
+    tokens = list(range(70))
+    d = describe(
+        parsed, tokens, request_id="r", session_key="", scheme=scheme, forwarded=False, lora="sql"
+    )
+    assert d.block_hashes == tuple(scheme.keys(tokens, "sql"))
+    assert len(d.block_hashes) == 2  # 70 tokens: two full 32-token blocks

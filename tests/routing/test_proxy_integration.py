@@ -337,6 +337,13 @@ def test_metrics_and_state_describe_the_balancer(idle: Region) -> None:
             # No tokenizer files configured: routing says it uses the fallback.
             "tokens": {"tokenizer": "fallback", "chat_template": "fallback"},
             "lora_adapters": [],
+            # The emulated replicas' vllm:cache_config_info gave the block size.
+            "block_identity": {
+                "mode": "token_ids",
+                "block_size": 16,
+                "block_size_source": "engine",
+                "engine_hash_algo": "sha256",
+            },
         }
     ]
     (queue,) = view["queues"]

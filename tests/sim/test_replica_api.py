@@ -10,7 +10,7 @@ import openai
 import pytest
 import zmq
 
-from routing.core.blocks import block_hashes
+from routing.core.block_identity import BlockIdentityMode, BlockScheme
 from routing.core.engine_metrics import parse_engine_load
 from routing.core.tokenizer import WordTokenizer, render_chat
 from tests.support.engine import fresh_prompt
@@ -160,6 +160,9 @@ def test_metrics_use_vllm_names(served: ServedReplicas) -> None:
         assert name in text, name
     assert served.metric("vllm:generation_tokens_total", "a") >= 2
     assert served.metric("vllm:time_to_first_token_seconds_count", "a") >= 1
+    # The engine's cache config, where a balancer learns the model's block size.
+    load = parse_engine_load(text)
+    assert (load.block_size, load.hash_algo) == (16, "sha256")
 
 
 def test_client_disconnect_mid_stream_aborts_the_request(served: ServedReplicas) -> None:
@@ -197,7 +200,7 @@ def test_client_disconnect_during_prefill_aborts_a_non_streaming_request(
     assert served.metric("vllm:request_success_total", "b", finished_reason="abort") == aborted + 1
 
 
-def test_kv_events_carry_the_balancers_block_hashes(served: ServedReplicas) -> None:
+def test_kv_events_carry_vllms_block_hashes_and_fields(served: ServedReplicas) -> None:
     socket = zmq.Context.instance().socket(zmq.SUB)
     socket.setsockopt(zmq.SUBSCRIBE, b"")
     socket.setsockopt(zmq.LINGER, 0)
@@ -205,15 +208,28 @@ def test_kv_events_carry_the_balancers_block_hashes(served: ServedReplicas) -> N
     try:
         for attempt in range(20):  # PUB drops until the subscription has propagated
             prompt = f"kv event probe {attempt} " + " ".join(f"t{i}" for i in range(40))
-            expected = block_hashes(WordTokenizer().encode(prompt), seed="meridian")
+            tokens = WordTokenizer().encode(prompt)
+            expected = BlockScheme(BlockIdentityMode.VLLM).keys(tokens)
             client(served).completions.create(model=MODEL, prompt=prompt, max_tokens=1)
             while socket.poll(300):
                 topic, seq, payload = socket.recv_multipart()
                 timestamp, events, rank = msgpack.unpackb(payload)
-                stored = [e for e in events if e[0] == "BlockStored" and e[1] == expected]
+                stored = [
+                    e
+                    for e in events
+                    if e["type"] == "BlockStored" and e["block_hashes"] == expected
+                ]
                 if stored:
                     assert topic == b"" and len(seq) == 8 and rank == 0 and timestamp > 0
-                    assert stored[0][2] is None and stored[0][4] == 16
+                    # vLLM 0.32's fields, in its order (msgspec's map encoding).
+                    assert list(stored[0]) == [
+                        "type", "block_hashes", "parent_block_hash", "token_ids",
+                        "block_size", "lora_id", "medium", "lora_name", "extra_keys",
+                        "group_idx",
+                    ]  # fmt: skip
+                    assert stored[0]["token_ids"] == tokens[: 16 * len(expected)]
+                    assert (stored[0]["parent_block_hash"], stored[0]["block_size"]) == (None, 16)
+                    assert (stored[0]["medium"], stored[0]["lora_name"]) == ("GPU", None)
                     return
         raise AssertionError("no BlockStored event with the expected hashes arrived")
     finally:

@@ -17,6 +17,7 @@ import time
 from typing import Any
 
 from routing.calls import ProxyCall
+from routing.core.block_identity import BlockScheme
 from routing.core.openai_request import Endpoint, describe, parse_request
 from routing.core.peers import Heartbeat
 from routing.core.prompts import FallbackEncoder, prompt_tokens
@@ -97,7 +98,7 @@ def proxy_call(*, stream: bool = False, forwarded: bool = False, rid: str = "rid
         prompt_tokens(request.prompt, FallbackEncoder()),
         request_id=rid,
         session_key="10.0.0.9",
-        hash_seed="meridian",
+        scheme=BlockScheme(),
         forwarded=forwarded,
     )
     return ProxyCall(request, descriptor, raw, "Bearer mk-test", rid, 0.0)

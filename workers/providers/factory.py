@@ -60,12 +60,8 @@ def build_provider() -> CloudProvider:
         },
         model_load_s=s.MERIDIAN_CLOUD_MODEL_LOAD_S,
     )
-    serve_args = [
-        "--time-scale",
-        str(s.MERIDIAN_CLOUD_SIM_TIME_SCALE),
-        "--hash-seed",
-        s.MERIDIAN_HASH_SEED,
-    ]
+    # Emulated replicas hash blocks as a vLLM with PYTHONHASHSEED unset does.
+    serve_args = ["--time-scale", str(s.MERIDIAN_CLOUD_SIM_TIME_SCALE)]
     return EmulatedCloudProvider(
         zones, market, cold, serve_args=serve_args, log_dir=s.VAR_DIR / "cloud"
     )

@@ -41,3 +41,9 @@ def test_a_known_value_is_unchanged() -> None:
     assert block_hashes(list(range(32)))[1] == block_hash(
         block_hash(root_hash(), list(range(16))), list(range(16, 32))
     )
+
+
+def test_a_chain_continued_from_a_known_parent_equals_the_whole_chain() -> None:
+    tokens = list(range(64))
+    whole = block_hashes(tokens)
+    assert block_hashes(tokens[32:], parent=whole[1]) == whole[2:]

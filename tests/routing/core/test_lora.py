@@ -5,7 +5,13 @@ from __future__ import annotations
 import pytest
 
 from routing.core.engine_metrics import LoraInfo, parse_engine_load
-from routing.core.lora import UnknownModelError, lora_affinity, resolve_model
+from routing.core.lora import (
+    AdapterDirectory,
+    UnknownModelError,
+    adapters_in_models,
+    lora_affinity,
+    resolve_model,
+)
 from tests.support.descriptors import target
 
 # prometheus_client keeps every label set the gauge was given; the latest time is current.
@@ -50,3 +56,29 @@ def test_affinity_prefers_active_then_room_then_anything() -> None:
     assert lora_affinity(everyone, "de") == [roomy, silent]
     assert lora_affinity([full], "de") == [full]
     assert lora_affinity(everyone, None) == everyone
+
+
+def test_adapters_are_read_from_a_vllm_models_list() -> None:
+    payload = {
+        "object": "list",
+        "data": [
+            {"id": "llama", "object": "model", "root": "/models/llama", "parent": None},
+            {"id": "sql", "object": "model", "root": "/adapters/sql", "parent": "llama"},
+            {"id": "odd", "parent": 7},
+            "not a card",
+        ],
+    }
+    assert adapters_in_models(payload) == {"sql": "llama"}
+    assert adapters_in_models({"error": "nope"}) == {} == adapters_in_models([])
+
+
+def test_learned_adapters_merge_across_replicas_and_configuration_wins() -> None:
+    directory = AdapterDirectory({"sql": "configured-base"})
+    directory.record("r1", {"sql": "llama", "chat": "llama"})
+    directory.record("r2", {"summarise": "mistral"})
+    assert directory.adapters() == {
+        "sql": "configured-base", "chat": "llama", "summarise": "mistral",
+    }  # fmt: skip
+    directory.record("r1", {})  # r1 unloaded its adapters
+    directory.keep_only(["r1"])  # r2 left the fleet
+    assert directory.adapters() == {"sql": "configured-base"}

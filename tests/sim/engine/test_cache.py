@@ -6,9 +6,14 @@ from collections.abc import Callable
 
 import pytest
 
-from routing.core.blocks import block_hashes
+from routing.core.block_identity import BlockIdentityMode, BlockScheme, HashAlgo, VllmHashSpec
 from sim.engine import AllBlocksCleared, BlockRemoved, BlockStored, Engine
 from tests.support.engine import fresh_prompt, request, run_to_completion
+
+
+def block_hashes(tokens: list[int], extra: str = "") -> list[int]:
+    """vLLM's block hashes of ``tokens`` (default seed and algorithm, 16-token blocks)."""
+    return BlockScheme(BlockIdentityMode.VLLM, block_size=16).keys(tokens, extra)
 
 
 def serve_one(engine: Engine, request_id: str, prompt: list[int], max_tokens: int = 1) -> int:
@@ -120,3 +125,20 @@ def test_lora_requests_hash_apart_from_the_base_model(make_engine: Callable[...,
     stored = [e for e in engine.events.drain() if isinstance(e, BlockStored)]
     assert stored[0].lora_id == 3
     assert stored[0].block_hashes == block_hashes(prompt, extra="sql")
+
+
+def test_the_block_size_and_hash_algorithm_are_the_engines_settings(
+    make_engine: Callable[..., Engine],
+) -> None:
+    engine = make_engine(block_size=32, hash_algo=HashAlgo.SHA256_CBOR, hash_seed="42")
+    prompt = fresh_prompt(70)
+    serve_one(engine, "r", prompt)
+    stored = [e for e in engine.events.drain() if isinstance(e, BlockStored)]
+    scheme = BlockScheme(
+        BlockIdentityMode.VLLM, block_size=32, vllm=VllmHashSpec(HashAlgo.SHA256_CBOR, "42")
+    )
+    assert stored[0].block_hashes == scheme.keys(prompt)
+    assert stored[0].block_size == 32 and len(stored[0].token_ids) == 64
+    # Every cached block is re-described by a one-block store, chained to its parent.
+    first, second = scheme.keys(prompt)
+    assert engine.pool.stores[second] == BlockStored([second], first, prompt[32:64], 32)
