@@ -3,7 +3,6 @@ subscriber that reads a replica's KV-event stream the way the balancer does."""
 
 from __future__ import annotations
 
-import importlib.util
 import itertools
 import subprocess
 import time
@@ -17,7 +16,6 @@ from typing import Any
 import httpx
 import msgpack
 import openai
-import pytest
 import zmq
 from tokenizers import Tokenizer
 
@@ -99,17 +97,6 @@ def prompt_blocks_only(fleet: EngineFleet, words: int, block_size: int) -> str:
         prompt = unique_prompt(words)
         if len(fleet.prompt_ids(prompt)) % block_size not in (0, block_size - 1):
             return prompt
-
-
-# Temporary: the tests it marks are written against issue 12's block-identity contract.
-# On a tree without it (no routing.core.block_identity) they must fail (strict); on one
-# with it they run as plain tests, so the marker can be dropped once it is on main.
-BLOCK_IDENTITY = pytest.mark.xfail(
-    importlib.util.find_spec("routing.core.block_identity") is None,
-    strict=True,
-    reason="Meridian keys blocks by its own 16-token blake2b chain; vLLM publishes "
-    "sha256-derived 32-token block hashes (issue 12, item 2: block identity)",
-)
 
 
 def wait_applied(fleet: EngineFleet, replica: str, received_before: int) -> None:

@@ -14,9 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from routing.core.block_identity import BlockIdentityMode, BlockScheme, VllmHashSpec
 from routing.core.kv_events import STORED
 from tests.engines.conftest import ADAPTER, BLOCK_SIZE, HASH_SEED
-from tests.engines.fleet import BLOCK_IDENTITY, EngineFleet, event_tap, prompt_blocks_only, settle
+from tests.engines.fleet import EngineFleet, event_tap, prompt_blocks_only, settle
 
 pytestmark = [pytest.mark.engines, pytest.mark.django_db, pytest.mark.timeout(1200)]
 
@@ -30,15 +31,10 @@ def stored_hashes(fleet: EngineFleet, replica: str, model: str, prompt: str) -> 
     return [h for e in events for h in e["block_hashes"]]
 
 
-@BLOCK_IDENTITY
 @pytest.mark.parametrize("adapter", ["", ADAPTER], ids=["base-model", "lora-adapter"])
 def test_vllm_mode_keys_are_the_engines_event_hashes(
     fleet: EngineFleet, lora_dir: Path, adapter: str
 ) -> None:
-    # Imported here: on a tree without block identity the test fails (as expected) instead
-    # of the module failing to import.
-    from routing.core.block_identity import BlockIdentityMode, BlockScheme, VllmHashSpec
-
     prompt = prompt_blocks_only(fleet, 150, BLOCK_SIZE)
     ids = fleet.prompt_ids(prompt)
     published = stored_hashes(fleet, "vllm-b", adapter or fleet.model, prompt)

@@ -13,7 +13,6 @@ from django.conf import settings
 
 from tests.engines.conftest import WRONG_SEED_MODEL, WRONG_SEED_SUFFIX
 from tests.engines.fleet import (
-    BLOCK_IDENTITY,
     EngineFleet,
     balancer_hears,
     cached_tokens,
@@ -68,7 +67,6 @@ def test_a_gap_is_healed_from_the_engines_replay_endpoint(fleet: EngineFleet) ->
     assert set(row["healed_by"]) == set(before["healed_by"]) | {"replay"}
 
 
-@BLOCK_IDENTITY
 def test_a_prefix_whose_events_were_lost_is_steered_after_the_replay(fleet: EngineFleet) -> None:
     holder = "vllm-b"  # an idle tie goes to vllm-a: only the replayed events pick vllm-b
     prefix = unique_prompt(300)
@@ -115,7 +113,6 @@ def converse(fleet: EngineFleet, turns: int, opening: str) -> None:
         wait_applied(fleet, replica, received[replica])
 
 
-@BLOCK_IDENTITY
 def test_expected_cached_tokens_match_the_engines_on_a_multi_turn_workload(
     fleet: EngineFleet,
 ) -> None:
@@ -132,7 +129,6 @@ def test_expected_cached_tokens_match_the_engines_on_a_multi_turn_workload(
     assert any(v["state"] == "ok" for v in checked.values()), views
 
 
-@BLOCK_IDENTITY
 def test_the_mismatch_detector_fires_when_the_hash_seed_is_wrong(fleet: EngineFleet) -> None:
     """The same engines served as ``WRONG_SEED_MODEL``, whose service keys blocks in
     ``vllm`` mode with a seed that is not the engines' ``PYTHONHASHSEED``: no request

@@ -24,7 +24,6 @@ from routing.core.tokenizer import render_chat
 from routing.model_tokens import read_tokenizer_files
 from tests.engines.conftest import ADAPTER, BLOCK_SIZE
 from tests.engines.fleet import (
-    BLOCK_IDENTITY,
     EngineFleet,
     cached_tokens,
     engine_metrics,
@@ -212,10 +211,9 @@ def test_kv_events_from_the_real_stream_decode(fleet: EngineFleet) -> None:
     assert row["replay_endpoint"] == f"tcp://127.0.0.1:{replica.replay_port}"
 
 
-# -- needs block identity matching the engine (issue 12, item 2) -----------------------
+# -- block identity: the balancer sees the engine's cache --------------------------------
 
 
-@BLOCK_IDENTITY
 def test_cache_map_steers_a_shared_prefix_to_the_replica_holding_it(fleet: EngineFleet) -> None:
     # Both replicas hold one prefix each; with nothing known, the idle tie would send
     # both to vllm-a, so only real knowledge of the caches routes both right.
@@ -230,7 +228,6 @@ def test_cache_map_steers_a_shared_prefix_to_the_replica_holding_it(fleet: Engin
         assert cached_tokens(response.usage) == shared
 
 
-@BLOCK_IDENTITY
 def test_an_eviction_event_moves_routing_off_the_replica(fleet: EngineFleet) -> None:
     holder = "vllm-b"
     prefix = unique_prompt(300)
@@ -290,7 +287,6 @@ def test_a_lora_adapter_is_served_and_keys_its_blocks_apart(fleet: EngineFleet) 
     assert adapters and all(a["max_lora"] == "2" for a in adapters)
 
 
-@BLOCK_IDENTITY
 def test_an_adapter_request_follows_the_replica_holding_its_prefix(fleet: EngineFleet) -> None:
     holder = "vllm-b"  # an idle tie goes to vllm-a: only affinity picks vllm-b
     prefix = unique_prompt(300)
