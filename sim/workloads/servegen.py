@@ -7,7 +7,8 @@ inter-arrival distribution (``Gamma`` or ``Weibull``, shape and scale) and an
 empty name means no requests in that window.  Optional
 ``chunk-<id>-dataset.json`` files map a window start (every 6 h) to
 string-encoded ``{tokens: probability}`` PDFs of ``input_tokens`` and
-``output_tokens``.
+``output_tokens``; a window with no requests carries an empty ``{}`` PDF,
+which is read as "no lengths here", never as an error.
 
 Arrivals are regenerated the way ServeGen's own generator does it: inter-arrival
 gaps are drawn from the window's fitted distribution and rescaled so their mean
@@ -100,22 +101,33 @@ def _window(path: Path, line: int, row: list[str]) -> Window:
 
 
 def _lengths(path: Path) -> dict[float, tuple[dict[int, float], dict[int, float]]]:
+    """Each window's (input, output) PDFs; a quiet window (an empty ``{}`` PDF) has none.
+
+    ServeGen writes ``{}`` for a 6 h window in which the client sent nothing: that
+    is valid data, not an error, and a request later in the trace takes the last
+    window that has lengths (or the default distribution when none has)."""
     try:
         raw = json.loads(path.read_text(encoding="utf-8"))
-        return {
-            float(start): (_pdf(fields["input_tokens"]), _pdf(fields["output_tokens"]))
-            for start, fields in raw.items()
-        }
-    except (ValueError, KeyError, TypeError, SyntaxError) as exc:
+        lengths = {}
+        for start, fields in raw.items():
+            inputs, outputs = _pdf(fields["input_tokens"]), _pdf(fields["output_tokens"])
+            if inputs and outputs:
+                lengths[float(start)] = (inputs, outputs)
+        return lengths
+    except (ValueError, KeyError, TypeError, SyntaxError, AttributeError) as exc:
         raise TraceFormatError(path, 0, f"not a ServeGen dataset file: {exc}") from exc
 
 
 def _pdf(text: str) -> dict[int, float]:
+    """A ``{tokens: probability}`` PDF; empty for a quiet window."""
     # The PDFs are Python dict literals in strings; literal_eval evaluates no code.
     value = ast.literal_eval(text)
-    if not isinstance(value, dict) or not value:
-        raise ValueError("a length PDF must be a non-empty {tokens: probability} dict")
-    return {int(k): float(v) for k, v in value.items()}
+    if not isinstance(value, dict):
+        raise ValueError("a length PDF must be a {tokens: probability} dict")
+    pdf = {int(k): float(v) for k, v in value.items()}
+    if pdf and sum(pdf.values()) <= 0:
+        raise ValueError("a length PDF needs a positive total probability")
+    return pdf
 
 
 @dataclass(frozen=True)
