@@ -149,3 +149,22 @@ def test_a_trace_whose_only_window_is_quiet_uses_the_default_lengths(
     programs = list(ServeGenTrace(trace_dir / "chunk-1-trace.csv", config).programs())
     assert programs
     assert all(1 <= p.steps[0].max_tokens <= 9 for p in programs)
+
+
+def test_a_multimodal_clients_prompt_adds_its_text_and_media_tokens(
+    trace_dir: Path, trace_file: Callable[[str, str], Path]
+) -> None:
+    pdfs = {
+        "text_tokens": "{30: 1.0}",
+        "image_tokens": "{12: 1.0}",
+        "audio_tokens": "{0: 1.0}",
+        "video_tokens": "{0: 1.0}",
+        "image_count": "{1: 1.0}",
+        "output_tokens": "{5: 1.0}",
+    }
+    trace_file("chunk-1-dataset.json", json.dumps({"0": pdfs}))
+    tokenizer = WordTokenizer()
+    for program in ServeGenTrace(trace_dir / "chunk-1-trace.csv").programs():
+        (step,) = program.steps
+        assert len(tokenizer.encode(step.prompt)) == 42
+        assert step.max_tokens == 5
