@@ -24,7 +24,16 @@ from routing.core.registry import UnknownPolicyError
 from sim.des.config import DEPLOYMENTS, SimConfigError
 from sim.des.experiments import EXPERIMENTS, experiment
 from sim.des.metrics import Summary
-from sim.des.plan import PUSHING_CHOICES, RunPlan, build_plan, execute
+from sim.des.plan import (
+    DEFAULT_PROFILE,
+    PUSHING_CHOICES,
+    RunPlan,
+    build_plan,
+    engine_config,
+    engine_overridden,
+    execute,
+    with_engine,
+)
 from sim.des.report import format_table, save_report
 from sim.des.world import SimRun
 from sim.engine import PROFILES
@@ -56,7 +65,15 @@ class Command(BaseCommand):
         parser.add_argument("--duration", type=float, help="virtual seconds clients send for")
         parser.add_argument("--requests", type=int, help="stop sending after this many requests")
         parser.add_argument("--seed", type=int, default=0)
-        parser.add_argument("--profile", default="l4-llama3.1-8b", choices=sorted(PROFILES))
+        parser.add_argument(
+            "--profile",
+            default=DEFAULT_PROFILE,
+            choices=sorted(PROFILES),
+            help="engine regime: step times and KV/context shape (docs/simulator.md)",
+        )
+        parser.add_argument("--kv-tokens", type=int, help="KV cache per replica, in tokens")
+        parser.add_argument("--kv-blocks", type=int, help="KV cache per replica, in blocks")
+        parser.add_argument("--max-model-len", type=int, help="context limit per request")
         parser.add_argument("--time-scale", type=float, default=1.0)
         parser.add_argument("--speed", type=float, default=1.0, help="trace timestamps / speed")
         parser.add_argument("--max-outstanding", type=int, default=32, help="SP-O cap")
@@ -81,7 +98,10 @@ class Command(BaseCommand):
     def plan(self, options: dict[str, Any]) -> RunPlan:
         options = {**options, "param": dict(options["param"])}
         if options["experiment"]:
-            return experiment(options["experiment"], options["duration"], options["seed"])
+            plan = experiment(options["experiment"], options["duration"], options["seed"])
+            if engine_overridden(options):  # the same experiment in another engine regime
+                plan = with_engine(plan, engine_config(options))
+            return plan
         if not options["workload"]:
             raise SimConfigError("give --workload (or --experiment)")
         return build_plan(options)
@@ -107,5 +127,6 @@ def _param(raw: str) -> tuple[str, Any]:
 
 _SHOWN = (
     "workload", "experiment", "policies", "pushing", "deployment", "replicas", "clients",
-    "rate", "duration", "requests", "seed", "profile", "time_scale", "max_outstanding", "param",
+    "rate", "duration", "requests", "seed", "profile", "kv_tokens", "kv_blocks", "max_model_len",
+    "time_scale", "max_outstanding", "param",
 )  # fmt: skip
