@@ -22,7 +22,7 @@ from sim.des.config import (
     parse_counts,
     parse_rtts,
 )
-from sim.des.metrics import Summary, summarize
+from sim.des.metrics import DEFAULT_TTFT_SLO_S, Summary, summarize
 from sim.des.world import SimRun, simulate
 from sim.engine import EngineConfig
 
@@ -157,12 +157,13 @@ def execute(
     progress: Callable[[str, SimRun, Summary], None] | None = None,
     *,
     trace_memory: bool = False,
+    ttft_slo_s: float = DEFAULT_TTFT_SLO_S,
 ) -> list[Summary]:
     """Run every run of ``plan`` in order; ``progress`` hears about each as it ends."""
     summaries = []
     for label, config in plan.runs:
         run = simulate(config, trace_memory=trace_memory)
-        summary = summarize(run, label)
+        summary = summarize(run, label, ttft_slo_s)
         summaries.append(summary)
         if progress is not None:
             progress(label, run, summary)

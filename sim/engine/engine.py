@@ -88,20 +88,22 @@ class EngineConfig:
         block_size = int(rest.get("block_size", BLOCK_SIZE))
         if kv_blocks is None:
             kv_blocks = (shape.kv_tokens if kv_tokens is None else kv_tokens) // block_size
-        chosen = {
-            "num_blocks": kv_blocks,
-            "max_model_len": shape.max_model_len if max_model_len is None else max_model_len,
-            "max_num_seqs": shape.max_num_seqs if max_num_seqs is None else max_num_seqs,
-            "max_num_batched_tokens": (
+        config = cls(
+            profile=profile,
+            num_blocks=kv_blocks,
+            max_model_len=shape.max_model_len if max_model_len is None else max_model_len,
+            max_num_seqs=shape.max_num_seqs if max_num_seqs is None else max_num_seqs,
+            max_num_batched_tokens=(
                 shape.max_num_batched_tokens
                 if max_num_batched_tokens is None
                 else max_num_batched_tokens
             ),
-        }
-        for name, value in chosen.items():
-            if value < 1:
+            **rest,
+        )
+        for name in ("num_blocks", "max_model_len", "max_num_seqs", "max_num_batched_tokens"):
+            if getattr(config, name) < 1:
                 raise ValueError(f"{name} must be at least 1 (a KV cache of whole blocks)")
-        return cls(profile=profile, **chosen, **rest)
+        return config
 
 
 @dataclass(frozen=True)

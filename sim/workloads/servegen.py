@@ -8,8 +8,9 @@ empty name means no requests in that window.  Optional
 ``chunk-<id>-dataset.json`` files map a window start (every 6 h) to
 string-encoded ``{tokens: probability}`` PDFs of ``input_tokens`` and
 ``output_tokens`` (multimodal clients: ``text_tokens``, ``image_tokens``,
-``audio_tokens``, ``video_tokens``, whose draws add up to the prompt); a window with no requests carries an empty ``{}`` PDF,
-which is read as "no lengths here", never as an error.
+``audio_tokens``, ``video_tokens``, whose draws add up to the prompt); a window
+with no requests carries an empty ``{}`` PDF, which is read as "no lengths
+here", never as an error.
 
 Arrivals are regenerated the way ServeGen's own generator does it: inter-arrival
 gaps are drawn from the window's fitted distribution and rescaled so their mean
