@@ -3,7 +3,8 @@
 ``simulate(config)`` wires regions, replicas (``SimReplica`` around the real
 ``Engine``), balancers (``SimBalancer`` driving the real dispatch core) and clients,
 gives every balancer its topology the way ``routing.topology`` would (its own
-replicas; every other balancer as a peer with the region RTT), runs the event
+replicas; every other balancer as a peer with the region RTT), subscribes a
+``cache_map`` balancer to its replicas' KV events, runs the event
 loop until the clients' budget is spent and everything in flight has finished
 (or ``drain_s`` more virtual seconds passed), and returns the raw records for
 ``sim.des.metrics``.  Everything is seeded: the same config gives the same
@@ -13,6 +14,7 @@ result, event for event.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
 import tracemalloc
 from dataclasses import dataclass, field
@@ -131,6 +133,11 @@ class World:
                 if other is not lb and deployment == "regional"
             ]
             lb.adopt(owned, peers, models)
+            if lb.cache_map_policy(MODEL) is not None:
+                for spec in owned:
+                    self.replicas[spec.name].subscribe_kv_events(
+                        functools.partial(lb.kv_events_arrive, spec.name, MODEL)
+                    )
         for region in cfg.regions:
             self.entry[region] = (
                 self.balancers.get(f"{region}-lb") or self.balancers[f"{homes[0]}-lb"]
