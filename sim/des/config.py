@@ -6,8 +6,8 @@ here (``MERIDIAN_PROBE_INTERVAL_S`` 0.25 s, ``MERIDIAN_AVAILABILITY_INTERVAL_S``
 ``MERIDIAN_PROBE_MIN_GAP_S`` 0.02 s, ``MERIDIAN_PEER_QUEUE_BUFFER`` τ = 1,
 ``MERIDIAN_REPLICA_MAX_OUTSTANDING`` 32, ``MERIDIAN_MAX_ATTEMPTS`` 3,
 ``MERIDIAN_RETRY_AFTER_S`` 1, ``MERIDIAN_KV_EVENTS_BATCH_S`` 0.1 s), and the
-engine is ``sim.serve``'s default replica.  Inter-region RTTs default to the demo's (us↔eu 80 ms, us↔ap 150 ms,
-eu↔ap 200 ms).
+engine is ``sim.serve``'s default replica.  Inter-region RTTs default to the
+demo's (us↔eu 80 ms, us↔ap 150 ms, eu↔ap 200 ms).
 
 Deployments (SkyLB §5.1):
 
