@@ -23,7 +23,7 @@ from sim.des.config import (
     parse_rtts,
 )
 from sim.des.metrics import DEFAULT_TTFT_SLO_S, Summary, summarize
-from sim.des.world import SimRun, simulate
+from sim.des.world import SimRun, SliceHook, simulate
 from sim.engine import EngineConfig
 
 PUSHING_CHOICES = ("auto", "sp-p", "sp-o", "blind")
@@ -158,11 +158,14 @@ def execute(
     *,
     trace_memory: bool = False,
     ttft_slo_s: float = DEFAULT_TTFT_SLO_S,
+    watch: Callable[[str, SimConfig], SliceHook] | None = None,
 ) -> list[Summary]:
-    """Run every run of ``plan`` in order; ``progress`` hears about each as it ends."""
+    """Run every run of ``plan`` in order; ``progress`` hears about each as it ends,
+    and ``watch(label, config)`` gives each run a hook for its progress while it runs."""
     summaries = []
     for label, config in plan.runs:
-        run = simulate(config, trace_memory=trace_memory)
+        on_slice = watch(label, config) if watch is not None else None
+        run = simulate(config, trace_memory=trace_memory, on_slice=on_slice)
         summary = summarize(run, label, ttft_slo_s)
         summaries.append(summary)
         if progress is not None:
