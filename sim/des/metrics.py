@@ -142,9 +142,9 @@ def _bounds(run: SimRun, prompt_tokens: int) -> Bounds:
             r.prompt_keys,
             r.reply_keys,
             max_hit_blocks(r.prompt_tokens, engine.block_size),
-            r.ok,
         )
         for r in run.records
+        if r.ok
     ]
     capacity = engine.num_blocks * sum(run.config.replicas.values())
     return hit_rate_bounds(

@@ -18,7 +18,10 @@ block_size`` blocks: the last token is always recomputed for its logits):
   principle beat this bound by a little; in practice it is the ceiling, and
   ``hit / bound`` is how close a policy came to perfect placement.
 
-Each request is inserted at its send time (its prompt's blocks) and at its
+Only served requests take part: a rejected or dropped request was never
+computed, so its blocks must not fill (or, in the LRU, flush) the imagined
+cache, and it reports no cached tokens to compare with.  Each request is
+inserted at its send time (its prompt's blocks) and at its
 completion (the blocks its reply completed), so a follow-up turn that quotes the
 reply hits them, as it does on the engine.  Events at one instant apply
 completions first.  Cost: O(total prompt blocks), one dict operation each.
@@ -42,12 +45,11 @@ class CacheUse:
     prompt_keys: tuple[int, ...]  # the prompt's full blocks, chained
     reply_keys: tuple[int, ...]  # blocks completed by the reply, continuing the chain
     max_hit_blocks: int  # the engine's cap: (prompt_tokens - 1) // block_size
-    counted: bool  # served: its hits count (only served requests report cached tokens)
 
 
 @dataclass(frozen=True, slots=True)
 class Bounds:
-    """Hit rates (cached prompt tokens over prompt tokens of counted requests)."""
+    """Hit rates (cached prompt tokens over the served requests' prompt tokens)."""
 
     infinite: float
     pooled: float
@@ -106,8 +108,8 @@ class _LruCache:
 
 
 def prefix_hit_blocks(uses: Sequence[CacheUse], capacity_blocks: int | None) -> int:
-    """Blocks the counted requests would hit in one cache of ``capacity_blocks``
-    (None: infinite), requests replayed in send order."""
+    """Blocks the requests would hit in one cache of ``capacity_blocks`` (None:
+    infinite), replayed in send order."""
     cache = _InfiniteCache() if capacity_blocks is None else _LruCache(capacity_blocks)
     hits = 0
     for _, kind, index in _timeline(uses):
@@ -115,9 +117,7 @@ def prefix_hit_blocks(uses: Sequence[CacheUse], capacity_blocks: int | None) -> 
         if kind == FILL:
             cache.touch((*use.prompt_keys, *use.reply_keys))
             continue
-        found = cache.lookup(use.prompt_keys, use.max_hit_blocks)
-        if use.counted:
-            hits += found
+        hits += cache.lookup(use.prompt_keys, use.max_hit_blocks)
         cache.touch(use.prompt_keys)
     return hits
 
@@ -125,7 +125,7 @@ def prefix_hit_blocks(uses: Sequence[CacheUse], capacity_blocks: int | None) -> 
 def hit_rate_bounds(
     uses: Sequence[CacheUse], prompt_tokens: int, *, block_size: int, capacity_blocks: int
 ) -> Bounds:
-    """Both bounds as hit rates over ``prompt_tokens`` (the counted requests' prompts)."""
+    """Both bounds as hit rates over ``prompt_tokens`` (the requests' prompts)."""
     if prompt_tokens <= 0:
         return Bounds(0.0, 0.0)
     infinite = prefix_hit_blocks(uses, None) * block_size / prompt_tokens

@@ -78,6 +78,17 @@ def test_the_bounds_hold_over_a_simulated_run(make_config: Callable[..., SimConf
         assert summary.hit_of_bound is not None and summary.hit_of_bound > 0
 
 
+def test_rejected_requests_never_fill_the_bounds_cache(
+    make_config: Callable[..., SimConfig],
+) -> None:
+    # Most prompts are over a 160-token context: rejected, never computed, never cached.
+    engine = EngineConfig.for_profile("l4-llama3.1-8b", max_model_len=160, kv_blocks=24)
+    summary = summarize(simulate(make_config(engine=engine, max_requests=40)))
+    assert summary.rejected > 0
+    assert summary.hit_rate <= summary.bound_infinite
+    assert summary.bound_hit_rate <= summary.bound_infinite
+
+
 def test_a_small_fleet_cache_lowers_the_pooled_bound(
     make_config: Callable[..., SimConfig],
 ) -> None:

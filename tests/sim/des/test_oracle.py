@@ -18,10 +18,9 @@ def use(
     done: float | None = None,
     reply: tuple[int, ...] = (),
     cap: int | None = None,
-    counted: bool = True,
 ) -> CacheUse:
     limit = len(keys) if cap is None else cap
-    return CacheUse(at, done, keys, reply, limit, counted)
+    return CacheUse(at, done, keys, reply, limit)
 
 
 def test_the_engines_cap_recomputes_the_last_token() -> None:
@@ -40,9 +39,9 @@ def test_an_infinite_cache_hits_every_leading_block_seen_before() -> None:
     assert prefix_hit_blocks(uses, None) == 5
 
 
-def test_hits_stop_at_the_cap_and_only_served_requests_count() -> None:
+def test_hits_stop_at_the_engines_cap() -> None:
     uses = [
-        use(0.0, (1, 2, 3), counted=False),  # failed, but its blocks were computed
+        use(0.0, (1, 2, 3)),
         use(1.0, (1, 2, 3), cap=2),  # 3 would hit, the engine recomputes it: 2
     ]
     assert prefix_hit_blocks(uses, None) == 2
