@@ -22,19 +22,31 @@ this module has no copy of them.  It keeps the clock and the transport:
   as in production), plus ``probe_soon`` with one probe in flight per replica;
 * ``routing.peers.AvailabilityPoller``: polls every peer's heartbeat every
   ``availability_interval_s``; a report is built at the peer when the poll
-  arrives and recorded one way later (staleness = half an RTT at least).
+  arrives and recorded one way later (staleness = half an RTT at least);
+* ``routing.kv_events``, for a ``cache_map`` service: each replica's KV events
+  (published after every engine step) arrive one way later, wait in the queue
+  for the next ``kv_events_batch_s`` tick and are applied to the policy's cache
+  map by ``routing.core.event_keys.apply_events``, keyed as a ``token_ids``
+  balancer keys them (``RebuiltKeys``, Meridian's own chain): the cache map
+  follows the engines as in production, instead of living on speculation.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable, Mapping
-from typing import Protocol
+from typing import Any, Protocol
 
+from routing.core.blocks import DEFAULT_SEED
 from routing.core.dispatch import Decision, DispatchCore, Failure, Refuse, Send, Ticket, Wait
 from routing.core.engine_metrics import EngineLoad
+from routing.core.event_keys import RebuiltKeys, apply_events
+from routing.core.kv_events import CacheEvent
 from routing.core.peers import Heartbeat
 from routing.core.pending_queue import RegionalQueues
+from routing.core.policies.cache_map import CacheMapPolicy
+from routing.core.policy import Policy
 from routing.core.registry import build_policy, remote_policy_name
 from routing.core.remote import Placement, RemoteRouter, availability_report
 from routing.core.router import LocalRouter
@@ -89,7 +101,7 @@ class SimBalancer:
         self.name, self.region, self.net, self.timing = name, region, net, timing
         self.loop = net.loop
         self.router = LocalRouter(
-            build_policy,
+            self._build_policy,
             max_outstanding=timing.max_outstanding,
             probe_stale_s=timing.probe_stale_s,
             clock=self.loop.clock,
@@ -116,6 +128,16 @@ class SimBalancer:
         self._replica_regions: dict[str, str] = {}
         self._scheduled = False
         self._probing: set[str] = set()
+        self._kv_keys: dict[str, RebuiltKeys] = {}
+        self.kv_events_applied = 0
+
+    def _build_policy(self, name: str, params: Mapping[str, Any] | None = None) -> Policy:
+        """``registry.build_policy``, with a cache map's clock on virtual time: its
+        speculative entries must expire after ``speculative_ttl_s`` *simulated* seconds."""
+        policy = build_policy(name, params)
+        if isinstance(policy, CacheMapPolicy):
+            return CacheMapPolicy(policy.config, clock=self.loop.clock)
+        return policy
 
     # -- topology and background loops -----------------------------------------------
 
@@ -272,6 +294,28 @@ class SimBalancer:
         # The peer refused before its first byte: the core tries another target.
         failure = Failure(result.error, result.status, capacity=result.status == 429)
         self._carry_out(self.core.failed(ticket, failure, self.loop.now))
+
+    # -- KV events (routing.kv_events) -------------------------------------------------
+
+    def cache_map_policy(self, model: str) -> CacheMapPolicy | None:
+        policy = self.router.policy(model)
+        return policy if isinstance(policy, CacheMapPolicy) else None
+
+    def kv_events_arrive(self, replica: str, model: str, events: tuple[CacheEvent, ...]) -> None:
+        """A replica's step published ``events``: they travel one way, then wait for
+        the consumer's next batch tick (``MERIDIAN_KV_EVENTS_BATCH_S``)."""
+        one_way = self.net.one_way_s(self._replica_regions[replica], self.region)
+        tick = self.timing.kv_events_batch_s
+        arrives = self.loop.now + one_way
+        applied_at = math.ceil(arrives / tick) * tick
+        self.loop.call_at(applied_at, self._apply_kv_events, replica, model, events)
+
+    def _apply_kv_events(self, replica: str, model: str, events: tuple[CacheEvent, ...]) -> None:
+        policy = self.cache_map_policy(model)
+        if policy is None:
+            return
+        keys = self._kv_keys.setdefault(replica, RebuiltKeys(DEFAULT_SEED))
+        self.kv_events_applied += apply_events(policy.cache_map, replica, events, keys).events
 
     # -- probes (routing.prober) and peer polls (routing.peers) ----------------------
 

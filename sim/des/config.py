@@ -5,9 +5,9 @@ here (``MERIDIAN_PROBE_INTERVAL_S`` 0.25 s, ``MERIDIAN_AVAILABILITY_INTERVAL_S``
 0.3 s, ``MERIDIAN_AVAILABILITY_TTL_S`` 2 s, ``MERIDIAN_PROBE_STALE_S`` 2 s,
 ``MERIDIAN_PROBE_MIN_GAP_S`` 0.02 s, ``MERIDIAN_PEER_QUEUE_BUFFER`` τ = 1,
 ``MERIDIAN_REPLICA_MAX_OUTSTANDING`` 32, ``MERIDIAN_MAX_ATTEMPTS`` 3,
-``MERIDIAN_RETRY_AFTER_S`` 1), and the engine is ``sim.serve``'s default
-replica.  Inter-region RTTs default to the demo's (us↔eu 80 ms, us↔ap 150 ms,
-eu↔ap 200 ms).
+``MERIDIAN_RETRY_AFTER_S`` 1, ``MERIDIAN_KV_EVENTS_BATCH_S`` 0.1 s), and the
+engine is ``sim.serve``'s default replica.  Inter-region RTTs default to the
+demo's (us↔eu 80 ms, us↔ap 150 ms, eu↔ap 200 ms).
 
 Deployments (SkyLB §5.1):
 
@@ -104,6 +104,8 @@ class TimingConfig:
     probe_rtt_s: float = 0.002
     # One-way latency between a client or replica and a balancer in the same region.
     local_one_way_s: float = 0.0005
+    # MERIDIAN_KV_EVENTS_BATCH_S: queued KV events reach the cache map on this tick.
+    kv_events_batch_s: float = 0.1
 
 
 @dataclass(frozen=True)
