@@ -26,7 +26,7 @@ from sim.des.metrics import Summary, summarize
 from sim.des.world import SimRun, simulate
 from sim.engine import EngineConfig, get_profile
 
-PUSHING_CHOICES = ("auto", "sp-p", "sp-o", "blind")
+PUSHING_CHOICES = ("auto", "sp-p", "sp-o", "blind", "tokens")
 
 
 @dataclass(frozen=True)
