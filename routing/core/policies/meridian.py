@@ -58,18 +58,20 @@ prefill steps of 2,048 tokens: what the engine clears before a newcomer waits
 a third step).  It replaces SP-P's one-push-per-probe budget, which made the
 replica holding a prefix unavailable right after each push.
 
-Waiting for a held-back replica ``h``: ``wait(h) = (Q(h) - admission_tokens +
-1) * p(h) + queued_ahead * mean uncached prompt * p(h) / replicas + cost(h)``:
-until ``h`` admits again, behind the requests already queued, then as if
-sent.  Waiting is an option only while the request has waited less than
-``wait_limit_s``, so it can never turn into a queue timeout that a less
-patient policy would have served.
+Waiting for a held-back replica ``h``: ``wait(h) = cost(h) + queued_ahead *
+mean uncached prompt * p(h) / replicas``.  ``cost(h)`` already counts all of
+``Q(h)``: time spent here until ``h`` admits is time the engine would have
+queued the prompt anyway, so what waiting adds is the requests queued ahead of
+it here, spread over the region's replicas.  It still pays off when ``h``
+holds the prefix (its ``U(h)`` is small).  Waiting is an option only while the
+request has waited less than ``wait_limit_s``, so it can never turn into a
+queue timeout that a less patient policy would have served.
 
 Peer ``g``: ``rtt(g) + estimate(g) + step_s + prompt * p`` where ``rtt(g)`` is
 the configured round trip, ``estimate(g)`` the queueing seconds that region
-reports for itself in its availability heartbeat (``region_estimate``: the
-least ``Q(r) * p(r)`` over its admitting replicas), and every prompt token
-counts as uncached (this region cannot see the peer's caches).
+reports for itself in its availability heartbeat, and every prompt token
+counts as uncached (this region cannot see the peer's caches).  A region's
+``region_estimate`` is the least ``Q(r) * p(r)`` over its healthy replicas.
 
 Ties go to a replica before waiting before a peer, and among replicas to
 ``load_key`` order, so decisions are deterministic.
@@ -215,13 +217,7 @@ class MeridianPolicy(PolicyBase):
         return model is None or model.queued_prefill < self.config.admission_tokens
 
     def region_estimate(self, targets: Sequence[TargetState]) -> float:
-        healthy = [t for t in targets if t.healthy]
-        if not healthy:
-            return math.inf
-        admitting = [t for t in healthy if self.admits(t)]
-        if admitting:
-            return min(self._queue_s(t.target_id) for t in admitting)
-        return min(self._until_admits_s(t.target_id) for t in healthy)
+        return min((self._queue_s(t.target_id) for t in targets if t.healthy), default=math.inf)
 
     def observe_first_token(
         self, request: RequestDescriptor, target_id: str, ttft_s: float
@@ -332,8 +328,11 @@ class MeridianPolicy(PolicyBase):
         for target in held_back:
             rate = self._model(target.target_id).prefill_s_per_token
             ahead = queued_ahead * self.mean_uncached * rate / replicas
-            cost = self._until_admits_s(target.target_id) + ahead
-            cost += self.replica_cost(request, target, uncached.get(target.target_id, prompt))
+            # replica_cost already counts all of Q(h): what waits here for h to admit
+            # is prefilled that much later at the engine, not twice.
+            cost = ahead + self.replica_cost(
+                request, target, uncached.get(target.target_id, prompt)
+            )
             best = min(best, cost)
         return Choice(Option.WAIT, None, best)
 
@@ -352,12 +351,6 @@ class MeridianPolicy(PolicyBase):
     def _queue_s(self, target_id: str) -> float:
         model = self._model(target_id)
         return model.queued_prefill * model.prefill_s_per_token
-
-    def _until_admits_s(self, target_id: str) -> float:
-        """Seconds until a held-back replica's queued prefill drops below the limit."""
-        model = self._model(target_id)
-        excess = model.queued_prefill - self.config.admission_tokens + 1
-        return max(0, excess) * model.prefill_s_per_token
 
     def _mean_rate(self) -> float:
         if not self.replicas:
