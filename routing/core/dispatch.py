@@ -37,8 +37,11 @@ Events and the decisions they return:
   peer report, a topology change: the routers' ``on_change``).  Waiting
   requests are offered targets in FCFS order and stop as soon as nothing is
   available (``nothing_available``); a request whose client is gone is
-  skipped.  For queues left non-empty, the SP-P replicas held back only by an
-  old probe are named for an early re-probe.
+  skipped.  For a cost-model policy, once the oldest request has waited past
+  its admission patience (``CostModel.waives_admission``), the whole queue is
+  offered: a held-back replica takes what waited that long.  For queues left
+  non-empty, the SP-P replicas held back only by an old probe are named for an
+  early re-probe.
 * ``expire``: the timer the driver armed fired; requests past their deadline
   are refused (503 queue timeout).  ``timer`` says when to arm it: only when
   the earliest deadline is earlier than the one already armed.
@@ -62,7 +65,12 @@ from dataclasses import dataclass, field
 from typing import Generic, TypeAlias, TypeVar
 
 from routing.core import errors
-from routing.core.pending_queue import QueuedRequest, QueueFullError, RegionalQueues
+from routing.core.pending_queue import (
+    PendingQueue,
+    QueuedRequest,
+    QueueFullError,
+    RegionalQueues,
+)
 from routing.core.remote import Placement, RemoteRouter, nothing_available, place, worth_waiting
 from routing.core.router import LocalRouter
 from routing.core.types import RequestDescriptor
@@ -148,6 +156,10 @@ def _always(ticket: Ticket[P]) -> bool:
     return True
 
 
+def _never() -> bool:
+    return False
+
+
 class DispatchCore(Generic[P]):
     def __init__(
         self,
@@ -229,6 +241,11 @@ class DispatchCore(Generic[P]):
             self.local.mark_failed(placement.label)
         placement.lease.release(ok=ok)
 
+    def _overdue(self, model: str, queue: PendingQueue[Ticket[P]], now: float) -> bool:
+        """The oldest request waited past the cost model's admission patience."""
+        cost_model = self.local.cost_model(model)
+        return cost_model is not None and cost_model.waives_admission(queue.oldest_wait(now))
+
     def _observe_finish(self, ticket: Ticket[P], name: str, now: float, output: int) -> None:
         if ticket.first_at is not None:
             self.local.observe_finish(ticket.request, name, now - ticket.first_at, output)
@@ -251,6 +268,8 @@ class DispatchCore(Generic[P]):
             if not queue:
                 continue
             exhausted = functools.partial(nothing_available, model, self.local, self.remote)
+            if self._overdue(model, queue, now):
+                exhausted = _never  # the cost model sends it to a held-back replica
             place_queued = functools.partial(self._place_queued, now=now, queued=len(queue))
             for entry, placement in queue.drain(place_queued, exhausted):
                 entry.payload.entry = None

@@ -91,6 +91,10 @@ class CostModel(Protocol):
         """The admission limit: may ``target`` take one more request now?"""
         ...
 
+    def waives_admission(self, waited_s: float) -> bool:
+        """A request that waited this long goes to a held-back replica anyway."""
+        ...
+
     def region_estimate(self, targets: Sequence[TargetState]) -> float:
         """Seconds a new request would wait for prefill here (for peers' reports)."""
         ...

@@ -63,9 +63,15 @@ mean uncached prompt * p(h) / replicas``.  ``cost(h)`` already counts all of
 ``Q(h)``: time spent here until ``h`` admits is time the engine would have
 queued the prompt anyway, so what waiting adds is the requests queued ahead of
 it here, spread over the region's replicas.  It still pays off when ``h``
-holds the prefix (its ``U(h)`` is small).  Waiting is an option only while the
-request has waited less than ``wait_limit_s``, so it can never turn into a
-queue timeout that a less patient policy would have served.
+holds the prefix (its ``U(h)`` is small).
+
+Never dropping what others serve: a request that has waited ``wait_limit_s``
+in the regional queue (for a replica it chose, or because no replica admitted)
+has the admission limit waived (``waives_admission``): every healthy replica
+is an option again and the cheapest takes it, as blind pushing would have.  So
+the balancer holds a request back at most about that long plus one probe
+interval, never until a queue deadline that a blindly pushing least-load
+balancer would have served within.
 
 Peer ``g``: ``rtt(g) + estimate(g) + step_s + prompt * p`` where ``rtt(g)`` is
 the configured round trip, ``estimate(g)`` the queueing seconds that region
@@ -199,8 +205,11 @@ class MeridianPolicy(PolicyBase):
         waited_s: float = 0.0,
         queued_ahead: int = 0,
     ) -> Choice:
+        if held_back and self.waives_admission(waited_s):
+            # Waited long enough: held back or not, every replica is an option now.
+            available, held_back = [*available, *held_back], ()
         best = self._best_replica(request, available)
-        if held_back and waited_s < self.config.wait_limit_s:
+        if held_back:
             wait = self._best_wait(request, held_back, queued_ahead, len(available))
             if wait.cost_s < best.cost_s:
                 best = wait
@@ -215,6 +224,9 @@ class MeridianPolicy(PolicyBase):
     def admits(self, target: TargetState) -> bool:
         model = self.replicas.get(target.target_id)
         return model is None or model.queued_prefill < self.config.admission_tokens
+
+    def waives_admission(self, waited_s: float) -> bool:
+        return waited_s >= self.config.wait_limit_s
 
     def region_estimate(self, targets: Sequence[TargetState]) -> float:
         return min((self._queue_s(t.target_id) for t in targets if t.healthy), default=math.inf)
