@@ -267,7 +267,9 @@ class DispatchCore(Generic[P]):
         for model, queue in self.queues.items():
             if not queue:
                 continue
-            exhausted = functools.partial(nothing_available, model, self.local, self.remote)
+            exhausted: Callable[[], bool] = functools.partial(
+                nothing_available, model, self.local, self.remote
+            )
             if self._overdue(model, queue, now):
                 exhausted = _never  # the cost model sends it to a held-back replica
             place_queued = functools.partial(self._place_queued, now=now, queued=len(queue))
