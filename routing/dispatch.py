@@ -156,6 +156,7 @@ class Dispatcher:
     ) -> StreamingHttpResponse:
         ttft = opened.first_byte_at - call.arrived
         self.metrics.ttft.observe(ttft, call.request.model, route)
+        self.core.first_token(ticket, opened.first_byte_at)
         sse = None if target.peer else SseRelay(strip_usage=not call.request.client_wants_usage)
 
         def finished(outcome: str, relay: SseRelay | None) -> None:
@@ -222,7 +223,10 @@ class Dispatcher:
     ) -> None:
         """End-of-request accounting: lease, counters, latency, token usage, and the
         cached tokens the engine reported against those the cache map expected."""
-        self.core.finished(ticket, ok=ok, failure=failure)
+        output = usage.completion_tokens if usage is not None else None
+        self.core.finished(
+            ticket, ok=ok, failure=failure, now=self.loop.time(), output_tokens=output
+        )
         metrics, model = self.metrics, call.request.model
         metrics.requests.inc(model, str(status), route)
         metrics.latency.observe(time.monotonic() - call.arrived, model, route)

@@ -26,16 +26,22 @@ Events and the decisions they return:
   wait, up to ``max_attempts``.  Then, or when waiting is pointless, it is
   refused: 502 after a broken target, else 429 while something is merely busy,
   else 503.
+* ``first_token``: the attempt's first token came back; its time since the
+  send goes to a policy that learns rates from it (``CostModel``).
 * ``finished``: the response ended (or a target's answer was relayed as it is):
-  the lease goes back.
+  the lease goes back; with the end time and output length, the replica's
+  inter-token latency goes to such a policy too.
 * ``cancel``: the client left.  Out of the queue, or the placement a drain
   delivered in the instant before it left goes back.
 * ``drain``: something may have become available (a probe, a completion, a
   peer report, a topology change: the routers' ``on_change``).  Waiting
   requests are offered targets in FCFS order and stop as soon as nothing is
   available (``nothing_available``); a request whose client is gone is
-  skipped.  For queues left non-empty, the SP-P replicas held back only by an
-  old probe are named for an early re-probe.
+  skipped.  For a cost-model policy, once the oldest request has waited past
+  its admission patience (``CostModel.waives_admission``), the whole queue is
+  offered: a held-back replica takes what waited that long.  For queues left
+  non-empty, the SP-P replicas held back only by an old probe are named for an
+  early re-probe.
 * ``expire``: the timer the driver armed fired; requests past their deadline
   are refused (503 queue timeout).  ``timer`` says when to arm it: only when
   the earliest deadline is earlier than the one already armed.
@@ -59,7 +65,12 @@ from dataclasses import dataclass, field
 from typing import Generic, TypeAlias, TypeVar
 
 from routing.core import errors
-from routing.core.pending_queue import QueuedRequest, QueueFullError, RegionalQueues
+from routing.core.pending_queue import (
+    PendingQueue,
+    QueuedRequest,
+    QueueFullError,
+    RegionalQueues,
+)
 from routing.core.remote import Placement, RemoteRouter, nothing_available, place, worth_waiting
 from routing.core.router import LocalRouter
 from routing.core.types import RequestDescriptor
@@ -96,6 +107,9 @@ class Ticket(Generic[P]):
     last: Failure | None = None
     entry: QueuedRequest[Ticket[P]] | None = None
     placement: Placement | None = None
+    # When the current attempt was sent and its first token seen (cost-model timings).
+    sent_at: float | None = None
+    first_at: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,6 +156,10 @@ def _always(ticket: Ticket[P]) -> bool:
     return True
 
 
+def _never() -> bool:
+    return False
+
+
 class DispatchCore(Generic[P]):
     def __init__(
         self,
@@ -173,7 +191,7 @@ class DispatchCore(Generic[P]):
         if not self.queues.for_model(ticket.request.model):
             placement = self._place(ticket)
             if placement is not None:
-                return self._send(ticket, placement)
+                return self._send(ticket, placement, now)
         return self._wait(ticket, now, front=False)
 
     def failed(self, ticket: Ticket[P], failure: Failure, now: float) -> Decision[P]:
@@ -187,19 +205,50 @@ class DispatchCore(Generic[P]):
             return Refuse(ticket, self._refusal(ticket))
         retried = self._place(ticket)
         if retried is not None:
-            return self._send(ticket, retried)
+            return self._send(ticket, retried, now)
         # It arrived before everything now waiting: back in at the front.
         return self._wait(ticket, now, front=True)
 
-    def finished(self, ticket: Ticket[P], *, ok: bool, failure: Failure | None = None) -> None:
+    def first_token(self, ticket: Ticket[P], now: float) -> None:
+        """The attempt's first token reached the balancer at ``now``: a replica's
+        time to first token, for a policy that learns rates from it."""
+        placement = ticket.placement
+        if placement is None or ticket.sent_at is None or ticket.first_at is not None:
+            return
+        ticket.first_at = now
+        if placement.peer is None:
+            self.local.observe_first_token(ticket.request, placement.label, now - ticket.sent_at)
+
+    def finished(
+        self,
+        ticket: Ticket[P],
+        *,
+        ok: bool,
+        failure: Failure | None = None,
+        now: float | None = None,
+        output_tokens: int | None = None,
+    ) -> None:
         """The attempt is over; ``failure`` when the target broke after its first
-        byte (too late to retry, but a broken replica is still marked)."""
+        byte (too late to retry, but a broken replica is still marked).  ``now``
+        and ``output_tokens``, when the driver knows them, give a learning policy
+        the replica's inter-token latency."""
         placement, ticket.placement = ticket.placement, None
         if placement is None:
             return
+        if ok and placement.peer is None and now is not None and output_tokens is not None:
+            self._observe_finish(ticket, placement.label, now, output_tokens)
         if failure is not None and placement.peer is None and failure.marks_unhealthy:
             self.local.mark_failed(placement.label)
         placement.lease.release(ok=ok)
+
+    def _overdue(self, model: str, queue: PendingQueue[Ticket[P]], now: float) -> bool:
+        """The oldest request waited past the cost model's admission patience."""
+        cost_model = self.local.cost_model(model)
+        return cost_model is not None and cost_model.waives_admission(queue.oldest_wait(now))
+
+    def _observe_finish(self, ticket: Ticket[P], name: str, now: float, output: int) -> None:
+        if ticket.first_at is not None:
+            self.local.observe_finish(ticket.request, name, now - ticket.first_at, output)
 
     def cancel(self, ticket: Ticket[P], now: float) -> float | None:
         """The client left: seconds it waited when it was still queued, else None."""
@@ -218,10 +267,15 @@ class DispatchCore(Generic[P]):
         for model, queue in self.queues.items():
             if not queue:
                 continue
-            exhausted = functools.partial(nothing_available, model, self.local, self.remote)
-            for entry, placement in queue.drain(self._place_queued, exhausted):
+            exhausted: Callable[[], bool] = functools.partial(
+                nothing_available, model, self.local, self.remote
+            )
+            if self._overdue(model, queue, now):
+                exhausted = _never  # the cost model sends it to a held-back replica
+            place_queued = functools.partial(self._place_queued, now=now, queued=len(queue))
+            for entry, placement in queue.drain(place_queued, exhausted):
                 entry.payload.entry = None
-                sends.append(self._send(entry.payload, placement, waited=entry.waited(now)))
+                sends.append(self._send(entry.payload, placement, now, waited=entry.waited(now)))
             if queue:
                 probe += self.local.reprobe_candidates(model, self.probe_min_gap_s)
         return Drained(sends, probe)
@@ -250,26 +304,34 @@ class DispatchCore(Generic[P]):
 
     # -- decisions ------------------------------------------------------------------------
 
-    def _place(self, ticket: Ticket[P]) -> Placement | None:
+    def _place(
+        self, ticket: Ticket[P], waited_s: float = 0.0, queued_ahead: int = 0
+    ) -> Placement | None:
         return place(
             ticket.request,
             self.local,
             self.remote,
             tried=ticket.tried,
             tried_peers=ticket.tried_peers,
+            waited_s=waited_s,
+            queued_ahead=queued_ahead,
         )
 
-    def _place_queued(self, entry: QueuedRequest[Ticket[P]]) -> Placement | None:
+    def _place_queued(
+        self, entry: QueuedRequest[Ticket[P]], *, now: float, queued: int
+    ) -> Placement | None:
         if not self.alive(entry.payload):
             return None  # its client left; the driver's cancel takes the entry out
-        return self._place(entry.payload)
+        # The queue's length bounds how many wait ahead (a cost model prices it).
+        return self._place(entry.payload, entry.waited(now), queued - 1)
 
     def _send(
-        self, ticket: Ticket[P], placement: Placement, waited: float | None = None
+        self, ticket: Ticket[P], placement: Placement, now: float, waited: float | None = None
     ) -> Send[P]:
         ticket.attempts += 1
         (ticket.tried if placement.peer is None else ticket.tried_peers).add(placement.label)
         ticket.placement = placement
+        ticket.sent_at, ticket.first_at = now, None
         return Send(ticket, placement, retry=ticket.attempts > 1, waited=waited)
 
     def _wait(self, ticket: Ticket[P], now: float, *, front: bool) -> Decision[P]:

@@ -20,6 +20,10 @@ class RequestDescriptor:
     max_tokens: int | None = None
     lora: str | None = None
     forwarded: bool = False
+    # Expected completion length, from a response-length predictor when one runs
+    # (PreServe §4.2); None: the cost model falls back to max_tokens and what it
+    # has seen replicas produce.
+    predicted_output_tokens: int | None = None
 
 
 @dataclass(slots=True)

@@ -226,10 +226,10 @@ class SimBalancer:
             self._to_replica(send.ticket, send.placement)
 
     def _to_replica(self, ticket: Ticket[SimCall], placement: Placement) -> None:
-        call, name = ticket.handle, placement.label
+        name = placement.label
         one_way = self.net.one_way_s(self.region, self._replica_regions[name])
         generation = Generation(
-            on_first=lambda: self.loop.call_later(one_way, call.on_first),
+            on_first=lambda: self.loop.call_later(one_way, self._first_token, ticket),
             on_done=lambda out, tokens: self.loop.call_later(
                 one_way, self._replica_done, ticket, name, out, tokens
             ),
@@ -252,10 +252,14 @@ class SimBalancer:
             return
         call.journey.replica, call.journey.served_region = replica.name, replica.region
 
+    def _first_token(self, ticket: Ticket[SimCall]) -> None:
+        self.core.first_token(ticket, self.loop.now)
+        ticket.handle.on_first()
+
     def _replica_done(
         self, ticket: Ticket[SimCall], name: str, out: RequestOutput, tokens: list[int]
     ) -> None:
-        self.core.finished(ticket, ok=True)
+        self.core.finished(ticket, ok=True, now=self.loop.now, output_tokens=out.completion_tokens)
         self.router.record_usage(name, out.prompt_tokens, out.cached_tokens, out.completion_tokens)
         ticket.handle.on_done(
             CallResult(

@@ -12,7 +12,8 @@ demo's (us↔eu 80 ms, us↔ap 150 ms, eu↔ap 200 ms).
 Deployments (SkyLB §5.1):
 
 * ``regional``: one balancer per region owning that region's replicas, peers
-  forward to each other (Algorithm 1's two layers): SkyLB and SkyLB-CH;
+  forward to each other (Algorithm 1's two layers): SkyLB, SkyLB-CH and
+  Meridian's cost model;
 * ``local``: one balancer per region, no forwarding (Figure 10's region-local);
 * ``single``: one balancer in ``single_region`` owning every replica; clients
   elsewhere pay the RTT to it, and it pays the RTT to remote replicas: the
@@ -38,7 +39,9 @@ POLICY_ALIASES = {
     "ch": "consistent_hash",
 }
 # Policies SkyLB deploys per region; the rest are single-balancer baselines (§5.1).
-REGIONAL_POLICIES = frozenset({"skylb", "skylb_ch"})
+REGIONAL_POLICIES = frozenset({"skylb", "skylb_ch", "meridian"})
+# Policies that price queued work and admit by it (``tokens`` pushing).
+TOKEN_POLICIES = frozenset({"meridian"})
 DEPLOYMENTS = ("auto", "regional", "local", "single")
 
 DEMO_RTT_MS = {
@@ -169,9 +172,12 @@ class SimConfig:
 
     @property
     def effective_pushing(self) -> str:
-        """SkyLB pushes selectively (SP-P); the paper's baselines push blindly (§5.1)."""
+        """SkyLB pushes selectively (SP-P); the paper's baselines push blindly (§5.1);
+        Meridian's cost model admits by queued prefill tokens."""
         if self.pushing != "auto":
             return self.pushing
+        if self.policy in TOKEN_POLICIES:
+            return "tokens"
         return "sp-p" if self.policy in REGIONAL_POLICIES else "blind"
 
     @property

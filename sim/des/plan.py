@@ -26,7 +26,7 @@ from sim.des.metrics import DEFAULT_TTFT_SLO_S, Summary, summarize
 from sim.des.world import SimRun, SliceHook, simulate
 from sim.engine import EngineConfig
 
-PUSHING_CHOICES = ("auto", "sp-p", "sp-o", "blind")
+PUSHING_CHOICES = ("auto", "sp-p", "sp-o", "blind", "tokens")
 DEFAULT_PROFILE = "l4-llama3.1-8b"
 
 

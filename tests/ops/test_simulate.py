@@ -108,6 +108,8 @@ def test_policy_params_and_the_push_budget_reach_the_service(tmp_path: Path) -> 
     report = tmp_path / "r.html"
     simulate(
         *SMALL,
+        "--policies",
+        "skylb",
         "--param",
         "push_budget=4",
         "--param",

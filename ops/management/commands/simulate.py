@@ -24,7 +24,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from ops.progress import BudgetBar, bars_wanted, raw_stream
-from routing.core.registry import UnknownPolicyError
+from routing.core.registry import DEFAULT_POLICY, UnknownPolicyError
 from sim.des.config import DEPLOYMENTS, SimConfig, SimConfigError
 from sim.des.experiments import EXPERIMENTS, experiment
 from sim.des.metrics import DEFAULT_TTFT_SLO_S, Summary
@@ -52,7 +52,9 @@ class Command(BaseCommand):
             "--workload", help="conversations, tot:branching=4, a+b, mooncake:PATH…"
         )
         parser.add_argument("--experiment", choices=sorted(EXPERIMENTS))
-        parser.add_argument("--policies", default="skylb", help="comma list; rr/ll/p2c/ch aliases")
+        parser.add_argument(
+            "--policies", default=DEFAULT_POLICY, help="comma list; rr/ll/p2c/ch aliases"
+        )
         parser.add_argument("--pushing", default="auto", help=f"comma list of {PUSHING_CHOICES}")
         parser.add_argument(
             "--param",
