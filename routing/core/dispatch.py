@@ -27,7 +27,8 @@ Events and the decisions they return:
   refused: 502 after a broken target, else 429 while something is merely busy,
   else 503.
 * ``finished``: the response ended (or a target's answer was relayed as it is):
-  the lease goes back.
+  the lease goes back; the engine's completion tokens, when the driver has
+  them, train the length predictor.
 * ``cancel``: the client left.  Out of the queue, or the placement a drain
   delivered in the instant before it left goes back.
 * ``drain``: something may have become available (a probe, a completion, a
@@ -45,6 +46,11 @@ The routers' ``on_change`` reaches the *driver*, which schedules one coalesced
 results, peer reports and topology changes go to ``LocalRouter`` and
 ``RemoteRouter`` directly.
 
+Each request's output length is predicted on arrival and each local
+replica's KV look-ahead map follows what is sent to it and what completes
+(``routing.core.load_forecast``, PreServe §4.2-4.3.1): the core tells the
+forecast at the same events where it takes and gives back leases.
+
 Every ``Send`` holds a lease taken when it was decided; exactly one of
 ``failed``, ``finished`` or ``cancel`` gives it back (``Lease.release`` is
 idempotent, so a driver's ``finally`` may release it too).
@@ -59,6 +65,7 @@ from dataclasses import dataclass, field
 from typing import Generic, TypeAlias, TypeVar
 
 from routing.core import errors
+from routing.core.load_forecast import LoadForecast
 from routing.core.pending_queue import QueuedRequest, QueueFullError, RegionalQueues
 from routing.core.remote import Placement, RemoteRouter, nothing_available, place, worth_waiting
 from routing.core.router import LocalRouter
@@ -153,6 +160,7 @@ class DispatchCore(Generic[P]):
         retry_after_s: int,
         probe_min_gap_s: float,
         alive: Callable[[Ticket[P]], bool] = _always,
+        forecast: LoadForecast | None = None,
     ) -> None:
         if max_attempts < 1:
             raise ValueError("max_attempts must be at least 1")
@@ -164,16 +172,18 @@ class DispatchCore(Generic[P]):
         self.probe_min_gap_s = probe_min_gap_s
         # False once the ticket's client is gone: a drain must not place it.
         self.alive = alive
+        self.forecast = forecast or LoadForecast()
         self._armed = math.inf
 
     # -- events -------------------------------------------------------------------------
 
     def arrive(self, ticket: Ticket[P], now: float) -> Decision[P]:
+        ticket.request = self.forecast.predict(ticket.request)
         # FCFS: a newcomer may not overtake requests already waiting (a retry may).
         if not self.queues.for_model(ticket.request.model):
             placement = self._place(ticket)
             if placement is not None:
-                return self._send(ticket, placement)
+                return self._send(ticket, placement, now)
         return self._wait(ticket, now, front=False)
 
     def failed(self, ticket: Ticket[P], failure: Failure, now: float) -> Decision[P]:
@@ -181,24 +191,43 @@ class DispatchCore(Generic[P]):
         if placement is not None:
             if placement.peer is None and failure.marks_unhealthy:
                 self.local.mark_failed(placement.label)
+            self._leave_map(ticket, placement)
             placement.lease.release(ok=False)
         ticket.last = failure
         if ticket.attempts >= self.max_attempts:
-            return Refuse(ticket, self._refusal(ticket))
+            return self._refuse(ticket, self._refusal(ticket))
         retried = self._place(ticket)
         if retried is not None:
-            return self._send(ticket, retried)
+            return self._send(ticket, retried, now)
         # It arrived before everything now waiting: back in at the front.
         return self._wait(ticket, now, front=True)
 
-    def finished(self, ticket: Ticket[P], *, ok: bool, failure: Failure | None = None) -> None:
+    def finished(
+        self,
+        ticket: Ticket[P],
+        *,
+        ok: bool,
+        failure: Failure | None = None,
+        output_tokens: int | None = None,
+        now: float | None = None,
+        decode_seconds: float | None = None,
+    ) -> None:
         """The attempt is over; ``failure`` when the target broke after its first
-        byte (too late to retry, but a broken replica is still marked)."""
+        byte (too late to retry, but a broken replica is still marked).
+        ``output_tokens`` (the engine's usage) at ``now`` completes the request in
+        the load forecast; ``decode_seconds`` (first token to last) when known."""
         placement, ticket.placement = ticket.placement, None
         if placement is None:
             return
         if failure is not None and placement.peer is None and failure.marks_unhealthy:
             self.local.mark_failed(placement.label)
+        if placement.peer is None and ok and output_tokens is not None and now is not None:
+            self.forecast.complete(
+                placement.label, ticket.request, output_tokens, now, decode_seconds
+            )
+        else:
+            self._leave_map(ticket, placement)
+        self.forecast.forget(ticket.request.request_id)
         placement.lease.release(ok=ok)
 
     def cancel(self, ticket: Ticket[P], now: float) -> float | None:
@@ -207,8 +236,10 @@ class DispatchCore(Generic[P]):
         if entry is not None and self.queues.for_model(ticket.request.model).remove(entry):
             return entry.waited(now)
         placement, ticket.placement = ticket.placement, None
+        self.forecast.forget(ticket.request.request_id)
         if placement is not None:
             # Placed by a drain in the instant before the client left.
+            self._leave_map(ticket, placement)
             placement.lease.release(ok=False)
         return None
 
@@ -221,7 +252,7 @@ class DispatchCore(Generic[P]):
             exhausted = functools.partial(nothing_available, model, self.local, self.remote)
             for entry, placement in queue.drain(self._place_queued, exhausted):
                 entry.payload.entry = None
-                sends.append(self._send(entry.payload, placement, waited=entry.waited(now)))
+                sends.append(self._send(entry.payload, placement, now, entry.waited(now)))
             if queue:
                 probe += self.local.reprobe_candidates(model, self.probe_min_gap_s)
         return Drained(sends, probe)
@@ -236,6 +267,7 @@ class DispatchCore(Generic[P]):
             ticket, waited = entry.payload, entry.waited(now)
             ticket.entry = None
             error = errors.queue_timeout(ticket.request.model, waited, self.retry_after_s)
+            self.forecast.forget(ticket.request.request_id)
             refusals.append(Refuse(ticket, error, waited))
         return refusals
 
@@ -265,25 +297,35 @@ class DispatchCore(Generic[P]):
         return self._place(entry.payload)
 
     def _send(
-        self, ticket: Ticket[P], placement: Placement, waited: float | None = None
+        self, ticket: Ticket[P], placement: Placement, now: float, waited: float | None = None
     ) -> Send[P]:
         ticket.attempts += 1
         (ticket.tried if placement.peer is None else ticket.tried_peers).add(placement.label)
         ticket.placement = placement
+        if placement.peer is None:
+            self.forecast.admit(placement.label, ticket.request, now)
         return Send(ticket, placement, retry=ticket.attempts > 1, waited=waited)
 
     def _wait(self, ticket: Ticket[P], now: float, *, front: bool) -> Decision[P]:
         request = ticket.request
         if not worth_waiting(request, self.local, self.remote, ticket.tried):
-            return Refuse(ticket, self._refusal(ticket))
+            return self._refuse(ticket, self._refusal(ticket))
         try:
             ticket.entry = self.queues.for_model(request.model).push(
                 request, ticket, now, front=front
             )
         except QueueFullError as full:
             error = errors.queue_full(request.model, full.max_len, self.retry_after_s)
-            return Refuse(ticket, error)
+            return self._refuse(ticket, error)
         return Wait(ticket)
+
+    def _refuse(self, ticket: Ticket[P], error: errors.ApiError) -> Refuse[P]:
+        self.forecast.forget(ticket.request.request_id)
+        return Refuse(ticket, error)
+
+    def _leave_map(self, ticket: Ticket[P], placement: Placement) -> None:
+        if placement.peer is None:
+            self.forecast.abandon(placement.label, ticket.request.request_id)
 
     def _refusal(self, ticket: Ticket[P]) -> errors.ApiError:
         model, retry, last = ticket.request.model, self.retry_after_s, ticket.last
