@@ -36,8 +36,11 @@ import math
 import re
 import zlib
 from collections import OrderedDict, deque
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
+
+from routing.core.prompts import ChatPrompt, Prompt, TextPrompt
 
 # Characters read from each end of the last user message: the instruction usually
 # sits at one end ("Translate ...", "... in 3 bullet points"), and reading a fixed
@@ -101,6 +104,35 @@ def word_cues(text: str, *, chars: int = CUE_CHARS, words: int = CUE_WORDS) -> t
     cues = [zlib.crc32(f"h:{word}".encode()) for word in head]
     cues += [zlib.crc32(f"t:{word}".encode()) for word in tail]
     return tuple(cues)
+
+
+def last_user_text(messages: Sequence[Mapping[str, Any]]) -> str:
+    """The text of the last user message (text parts of a multi-part content)."""
+    for message in reversed(messages):
+        if message.get("role") != "user":
+            continue
+        content = message.get("content")
+        if isinstance(content, str):
+            return content
+        if isinstance(content, list):
+            return " ".join(
+                str(part.get("text", "")) for part in content if isinstance(part, Mapping)
+            )
+        return ""
+    return ""
+
+
+def prompt_features(prompt: Prompt, endpoint: str) -> RequestFeatures:
+    """The text cues of a parsed prompt (token counts are filled in later, from the
+    request's descriptor): the last user message of a chat, the text of a
+    completion; token-id prompts carry no words."""
+    if isinstance(prompt, ChatPrompt):
+        text = last_user_text(prompt.messages)
+    elif isinstance(prompt, TextPrompt):
+        text = prompt.text
+    else:
+        text = ""
+    return RequestFeatures(prompt_tokens=0, endpoint=endpoint, cues=word_cues(text))
 
 
 def clamp_prediction(value: float, max_tokens: int | None) -> float:

@@ -117,10 +117,14 @@ class LoadForecast:
     def features(self, request: RequestDescriptor) -> RequestFeatures:
         """The request's features, completed with its session's earlier turns."""
         given = request.features or RequestFeatures(prompt_tokens=request.prompt_tokens)
+        # The first block's key names the system prompt (or the prompt's opening)
+        # as the engine's cache does: the same key, the same leading tokens.
+        system_key = given.system_key or (request.block_hashes[0] if request.block_hashes else 0)
         return dataclasses.replace(
             given,
             prompt_tokens=request.prompt_tokens,
             max_tokens=request.max_tokens,
+            system_key=system_key,
             earlier_outputs=self.history.earlier(request.session_key),
         )
 
