@@ -65,6 +65,7 @@ from dataclasses import dataclass, field
 from typing import Generic, TypeAlias, TypeVar
 
 from routing.core import errors
+from routing.core.load_anticipator import Outcome
 from routing.core.load_forecast import LoadForecast
 from routing.core.pending_queue import QueuedRequest, QueueFullError, RegionalQueues
 from routing.core.remote import Placement, RemoteRouter, nothing_available, place, worth_waiting
@@ -211,24 +212,27 @@ class DispatchCore(Generic[P]):
         output_tokens: int | None = None,
         now: float | None = None,
         decode_seconds: float | None = None,
-    ) -> None:
+    ) -> Outcome | None:
         """The attempt is over; ``failure`` when the target broke after its first
         byte (too late to retry, but a broken replica is still marked).
         ``output_tokens`` (the engine's usage) at ``now`` completes the request in
-        the load forecast; ``decode_seconds`` (first token to last) when known."""
+        the load forecast; ``decode_seconds`` (first token to last) when known.
+        Returns the request's prediction against what it did, when it completed."""
         placement, ticket.placement = ticket.placement, None
         if placement is None:
-            return
+            return None
+        outcome = None
         if failure is not None and placement.peer is None and failure.marks_unhealthy:
             self.local.mark_failed(placement.label)
         if placement.peer is None and ok and output_tokens is not None and now is not None:
-            self.forecast.complete(
+            outcome = self.forecast.complete(
                 placement.label, ticket.request, output_tokens, now, decode_seconds
             )
         else:
             self._leave_map(ticket, placement)
         self.forecast.forget(ticket.request.request_id)
         placement.lease.release(ok=ok)
+        return outcome
 
     def cancel(self, ticket: Ticket[P], now: float) -> float | None:
         """The client left: seconds it waited when it was still queued, else None."""

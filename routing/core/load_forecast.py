@@ -206,10 +206,14 @@ class LoadForecast:
     def snapshot(self, now: float | None = None) -> list[ReplicaForecast]:
         if now is not None:
             self.tick(now)
-        return [self._read(name) for name in sorted(self._anticipators)]
+        return [self._read(name, found) for name, found in sorted(self._anticipators.items())]
 
-    def _read(self, replica: str) -> ReplicaForecast:
-        anticipator = self._anticipators[replica]
+    def replica(self, name: str) -> ReplicaForecast | None:
+        """One replica's forecast as of the last tick (None before its first request)."""
+        found = self._anticipators.get(name)
+        return None if found is None else self._read(name, found)
+
+    def _read(self, replica: str, anticipator: LoadAnticipator) -> ReplicaForecast:
         ahead = anticipator.lookahead()
         return ReplicaForecast(
             replica=replica,
