@@ -33,6 +33,7 @@ from typing import Protocol
 
 from routing.core.dispatch import Decision, DispatchCore, Failure, Refuse, Send, Ticket, Wait
 from routing.core.engine_metrics import EngineLoad
+from routing.core.load_forecast import LoadForecast
 from routing.core.peers import Heartbeat
 from routing.core.pending_queue import RegionalQueues
 from routing.core.registry import build_policy, remote_policy_name
@@ -85,7 +86,14 @@ def _failed_before_first_byte(status: int) -> bool:
 
 
 class SimBalancer:
-    def __init__(self, name: str, region: str, net: Network, timing: TimingConfig) -> None:
+    def __init__(
+        self,
+        name: str,
+        region: str,
+        net: Network,
+        timing: TimingConfig,
+        forecast: LoadForecast | None = None,
+    ) -> None:
         self.name, self.region, self.net, self.timing = name, region, net, timing
         self.loop = net.loop
         self.router = LocalRouter(
@@ -109,6 +117,7 @@ class SimBalancer:
             max_attempts=timing.max_attempts,
             retry_after_s=timing.retry_after_s,
             probe_min_gap_s=timing.probe_min_gap_s,
+            forecast=forecast,
         )
         self.router.on_change = self.remote.on_change = self.wake
         self.peers: tuple[PeerSpec, ...] = ()
@@ -206,10 +215,16 @@ class SimBalancer:
     def _to_replica(self, ticket: Ticket[SimCall], placement: Placement) -> None:
         call, name = ticket.handle, placement.label
         one_way = self.net.one_way_s(self.region, self._replica_regions[name])
+        first_at: list[float] = []  # when the first token left the replica
+
+        def on_first() -> None:
+            first_at.append(self.loop.now)
+            self.loop.call_later(one_way, call.on_first)
+
         generation = Generation(
-            on_first=lambda: self.loop.call_later(one_way, call.on_first),
+            on_first=on_first,
             on_done=lambda out, tokens: self.loop.call_later(
-                one_way, self._replica_done, ticket, name, out, tokens
+                one_way, self._replica_done, ticket, name, out, tokens, first_at
             ),
         )
         self.loop.call_later(one_way, self._arrive_at_replica, ticket, name, generation)
@@ -231,9 +246,23 @@ class SimBalancer:
         call.journey.replica, call.journey.served_region = replica.name, replica.region
 
     def _replica_done(
-        self, ticket: Ticket[SimCall], name: str, out: RequestOutput, tokens: list[int]
+        self,
+        ticket: Ticket[SimCall],
+        name: str,
+        out: RequestOutput,
+        tokens: list[int],
+        first_at: list[float],
     ) -> None:
-        self.core.finished(ticket, ok=True)
+        # As routing.dispatch settles: usage trains the predictor, the first token to
+        # the last (one way later at both ends) teaches the replica's iteration time.
+        decode_s = self.loop.now - first_at[0] if first_at else None
+        self.core.finished(
+            ticket,
+            ok=True,
+            output_tokens=out.completion_tokens,
+            now=self.loop.now,
+            decode_seconds=decode_s,
+        )
         self.router.record_usage(name, out.prompt_tokens, out.cached_tokens, out.completion_tokens)
         ticket.handle.on_done(
             CallResult(

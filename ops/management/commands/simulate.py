@@ -13,6 +13,7 @@ The simulation itself is ``sim.des``; this command only parses and prints.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from routing.core.predictors import SIM_PREDICTORS
 from routing.core.registry import UnknownPolicyError
 from sim.des.config import DEPLOYMENTS, SimConfigError
 from sim.des.experiments import EXPERIMENTS, experiment
@@ -61,6 +63,12 @@ class Command(BaseCommand):
         parser.add_argument("--speed", type=float, default=1.0, help="trace timestamps / speed")
         parser.add_argument("--max-outstanding", type=int, default=32, help="SP-O cap")
         parser.add_argument("--single-region", help="where a single balancer runs")
+        parser.add_argument(
+            "--length-predictor",
+            default="none",
+            choices=SIM_PREDICTORS,
+            help="response-length predictor of the balancers' load forecast (oracle: the truth)",
+        )
         parser.add_argument("--rtt", help="A:B=MS,... (default: the demo's RTTs)")
         parser.add_argument("--report", type=Path, help="HTML path (default: VAR_DIR/simulations/)")
         parser.add_argument("--json", type=Path, help="also write the summaries as JSON")
@@ -81,7 +89,10 @@ class Command(BaseCommand):
     def plan(self, options: dict[str, Any]) -> RunPlan:
         options = {**options, "param": dict(options["param"])}
         if options["experiment"]:
-            return experiment(options["experiment"], options["duration"], options["seed"])
+            preset = experiment(options["experiment"], options["duration"], options["seed"])
+            predictor = options.get("length_predictor") or "none"
+            runs = [(k, dataclasses.replace(c, length_predictor=predictor)) for k, c in preset.runs]
+            return RunPlan(preset.title, runs)
         if not options["workload"]:
             raise SimConfigError("give --workload (or --experiment)")
         return build_plan(options)
@@ -108,4 +119,5 @@ def _param(raw: str) -> tuple[str, Any]:
 _SHOWN = (
     "workload", "experiment", "policies", "pushing", "deployment", "replicas", "clients",
     "rate", "duration", "requests", "seed", "profile", "time_scale", "max_outstanding", "param",
+    "length_predictor",
 )  # fmt: skip
