@@ -154,7 +154,7 @@ class LoadForecast:
         self, replica: str, request: RequestDescriptor, now: float, cached_tokens: int = 0
     ) -> None:
         anticipator = self.anticipator(replica)  # before the tick: its clock starts now
-        self.tick(now)
+        self._tick(replica, now)
         predicted = request.predicted_output
         if predicted is None:
             predicted = self.predictor.predict(self.features(request))
@@ -170,7 +170,7 @@ class LoadForecast:
     ) -> Outcome | None:
         """The replica answered with ``output_tokens``; ``decode_seconds``: time from
         its first token to its last, when the driver saw both (teaches the clock)."""
-        self.tick(now)
+        self._tick(replica, now)
         features = self._pending.pop(request.request_id, None) or self.features(request)
         self.predictor.observe(features, output_tokens)
         self.history.record(request.session_key, output_tokens)
@@ -192,8 +192,16 @@ class LoadForecast:
         self._pending.pop(request_id, None)
 
     def tick(self, now: float) -> None:
-        for replica, anticipator in self._anticipators.items():
-            anticipator.advance(self._clocks[replica].elapsed(now))
+        """Bring every replica's map to ``now``."""
+        for replica in self._anticipators:
+            self._tick(replica, now)
+
+    def _tick(self, replica: str, now: float) -> None:
+        # Each map keeps its own clock, so an event on one replica moves only its map:
+        # a request's cost does not grow with the number of replicas.
+        found = self._anticipators.get(replica)
+        if found is not None:
+            found.advance(self._clocks[replica].elapsed(now))
 
     def retain(self, replicas: Iterable[str]) -> None:
         """Drop the maps of replicas no longer in the topology."""
