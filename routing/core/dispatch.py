@@ -30,7 +30,8 @@ Events and the decisions they return:
   send goes to a policy that learns rates from it (``CostModel``).
 * ``finished``: the response ended (or a target's answer was relayed as it is):
   the lease goes back; with the end time and output length, the replica's
-  inter-token latency goes to such a policy too.
+  inter-token latency goes to such a policy too, and the engine's completion
+  tokens, when the driver has them, train the length predictor.
 * ``cancel``: the client left.  Out of the queue, or the placement a drain
   delivered in the instant before it left goes back.
 * ``drain``: something may have become available (a probe, a completion, a
@@ -51,6 +52,11 @@ The routers' ``on_change`` reaches the *driver*, which schedules one coalesced
 results, peer reports and topology changes go to ``LocalRouter`` and
 ``RemoteRouter`` directly.
 
+Each request's output length is predicted on arrival and each local
+replica's KV look-ahead map follows what is sent to it and what completes
+(``routing.core.load_forecast``, PreServe §4.2-4.3.1): the core tells the
+forecast at the same events where it takes and gives back leases.
+
 Every ``Send`` holds a lease taken when it was decided; exactly one of
 ``failed``, ``finished`` or ``cancel`` gives it back (``Lease.release`` is
 idempotent, so a driver's ``finally`` may release it too).
@@ -65,6 +71,8 @@ from dataclasses import dataclass, field
 from typing import Generic, TypeAlias, TypeVar
 
 from routing.core import errors
+from routing.core.load_anticipator import Outcome
+from routing.core.load_forecast import LoadForecast
 from routing.core.pending_queue import (
     PendingQueue,
     QueuedRequest,
@@ -171,6 +179,7 @@ class DispatchCore(Generic[P]):
         retry_after_s: int,
         probe_min_gap_s: float,
         alive: Callable[[Ticket[P]], bool] = _always,
+        forecast: LoadForecast | None = None,
     ) -> None:
         if max_attempts < 1:
             raise ValueError("max_attempts must be at least 1")
@@ -182,11 +191,13 @@ class DispatchCore(Generic[P]):
         self.probe_min_gap_s = probe_min_gap_s
         # False once the ticket's client is gone: a drain must not place it.
         self.alive = alive
+        self.forecast = forecast or LoadForecast()
         self._armed = math.inf
 
     # -- events -------------------------------------------------------------------------
 
     def arrive(self, ticket: Ticket[P], now: float) -> Decision[P]:
+        ticket.request = self.forecast.predict(ticket.request)
         # FCFS: a newcomer may not overtake requests already waiting (a retry may).
         if not self.queues.for_model(ticket.request.model):
             placement = self._place(ticket)
@@ -199,10 +210,11 @@ class DispatchCore(Generic[P]):
         if placement is not None:
             if placement.peer is None and failure.marks_unhealthy:
                 self.local.mark_failed(placement.label)
+            self._leave_map(ticket, placement)
             placement.lease.release(ok=False)
         ticket.last = failure
         if ticket.attempts >= self.max_attempts:
-            return Refuse(ticket, self._refusal(ticket))
+            return self._refuse(ticket, self._refusal(ticket))
         retried = self._place(ticket)
         if retried is not None:
             return self._send(ticket, retried, now)
@@ -227,19 +239,31 @@ class DispatchCore(Generic[P]):
         failure: Failure | None = None,
         now: float | None = None,
         output_tokens: int | None = None,
-    ) -> None:
+        decode_seconds: float | None = None,
+    ) -> Outcome | None:
         """The attempt is over; ``failure`` when the target broke after its first
-        byte (too late to retry, but a broken replica is still marked).  ``now``
-        and ``output_tokens``, when the driver knows them, give a learning policy
-        the replica's inter-token latency."""
+        byte (too late to retry, but a broken replica is still marked).
+        ``output_tokens`` (the engine's usage) at ``now`` gives a learning policy the
+        replica's inter-token latency and completes the request in the load forecast;
+        ``decode_seconds`` (first token to last) when known.  Returns the request's
+        prediction against what it did, when it completed."""
         placement, ticket.placement = ticket.placement, None
         if placement is None:
-            return
+            return None
+        outcome = None
         if ok and placement.peer is None and now is not None and output_tokens is not None:
             self._observe_finish(ticket, placement.label, now, output_tokens)
         if failure is not None and placement.peer is None and failure.marks_unhealthy:
             self.local.mark_failed(placement.label)
+        if placement.peer is None and ok and output_tokens is not None and now is not None:
+            outcome = self.forecast.complete(
+                placement.label, ticket.request, output_tokens, now, decode_seconds
+            )
+        else:
+            self._leave_map(ticket, placement)
+        self.forecast.forget(ticket.request.request_id)
         placement.lease.release(ok=ok)
+        return outcome
 
     def _overdue(self, model: str, queue: PendingQueue[Ticket[P]], now: float) -> bool:
         """The oldest request waited past the cost model's admission patience."""
@@ -256,8 +280,10 @@ class DispatchCore(Generic[P]):
         if entry is not None and self.queues.for_model(ticket.request.model).remove(entry):
             return entry.waited(now)
         placement, ticket.placement = ticket.placement, None
+        self.forecast.forget(ticket.request.request_id)
         if placement is not None:
             # Placed by a drain in the instant before the client left.
+            self._leave_map(ticket, placement)
             placement.lease.release(ok=False)
         return None
 
@@ -290,6 +316,7 @@ class DispatchCore(Generic[P]):
             ticket, waited = entry.payload, entry.waited(now)
             ticket.entry = None
             error = errors.queue_timeout(ticket.request.model, waited, self.retry_after_s)
+            self.forecast.forget(ticket.request.request_id)
             refusals.append(Refuse(ticket, error, waited))
         return refusals
 
@@ -332,20 +359,30 @@ class DispatchCore(Generic[P]):
         (ticket.tried if placement.peer is None else ticket.tried_peers).add(placement.label)
         ticket.placement = placement
         ticket.sent_at, ticket.first_at = now, None
+        if placement.peer is None:
+            self.forecast.admit(placement.label, ticket.request, now)
         return Send(ticket, placement, retry=ticket.attempts > 1, waited=waited)
 
     def _wait(self, ticket: Ticket[P], now: float, *, front: bool) -> Decision[P]:
         request = ticket.request
         if not worth_waiting(request, self.local, self.remote, ticket.tried):
-            return Refuse(ticket, self._refusal(ticket))
+            return self._refuse(ticket, self._refusal(ticket))
         try:
             ticket.entry = self.queues.for_model(request.model).push(
                 request, ticket, now, front=front
             )
         except QueueFullError as full:
             error = errors.queue_full(request.model, full.max_len, self.retry_after_s)
-            return Refuse(ticket, error)
+            return self._refuse(ticket, error)
         return Wait(ticket)
+
+    def _refuse(self, ticket: Ticket[P], error: errors.ApiError) -> Refuse[P]:
+        self.forecast.forget(ticket.request.request_id)
+        return Refuse(ticket, error)
+
+    def _leave_map(self, ticket: Ticket[P], placement: Placement) -> None:
+        if placement.peer is None:
+            self.forecast.abandon(placement.label, ticket.request.request_id)
 
     def _refusal(self, ticket: Ticket[P]) -> errors.ApiError:
         model, retry, last = ticket.request.model, self.retry_after_s, ticket.last

@@ -43,6 +43,7 @@ from routing.core.dispatch import Decision, DispatchCore, Failure, Refuse, Send,
 from routing.core.engine_metrics import EngineLoad
 from routing.core.event_keys import RebuiltKeys, apply_events
 from routing.core.kv_events import CacheEvent
+from routing.core.load_forecast import LoadForecast
 from routing.core.peers import Heartbeat
 from routing.core.pending_queue import RegionalQueues
 from routing.core.policies.cache_map import CacheMapPolicy
@@ -97,7 +98,14 @@ def _failed_before_first_byte(status: int) -> bool:
 
 
 class SimBalancer:
-    def __init__(self, name: str, region: str, net: Network, timing: TimingConfig) -> None:
+    def __init__(
+        self,
+        name: str,
+        region: str,
+        net: Network,
+        timing: TimingConfig,
+        forecast: LoadForecast | None = None,
+    ) -> None:
         self.name, self.region, self.net, self.timing = name, region, net, timing
         self.loop = net.loop
         self.router = LocalRouter(
@@ -121,6 +129,7 @@ class SimBalancer:
             max_attempts=timing.max_attempts,
             retry_after_s=timing.retry_after_s,
             probe_min_gap_s=timing.probe_min_gap_s,
+            forecast=forecast,
         )
         self.router.on_change = self.remote.on_change = self.wake
         self.peers: tuple[PeerSpec, ...] = ()
@@ -228,10 +237,16 @@ class SimBalancer:
     def _to_replica(self, ticket: Ticket[SimCall], placement: Placement) -> None:
         name = placement.label
         one_way = self.net.one_way_s(self.region, self._replica_regions[name])
+        first_at: list[float] = []  # when the first token left the replica
+
+        def on_first() -> None:
+            first_at.append(self.loop.now)
+            self.loop.call_later(one_way, self._first_token, ticket)
+
         generation = Generation(
-            on_first=lambda: self.loop.call_later(one_way, self._first_token, ticket),
+            on_first=on_first,
             on_done=lambda out, tokens: self.loop.call_later(
-                one_way, self._replica_done, ticket, name, out, tokens
+                one_way, self._replica_done, ticket, name, out, tokens, first_at
             ),
         )
         self.loop.call_later(one_way, self._arrive_at_replica, ticket, name, generation)
@@ -257,9 +272,23 @@ class SimBalancer:
         ticket.handle.on_first()
 
     def _replica_done(
-        self, ticket: Ticket[SimCall], name: str, out: RequestOutput, tokens: list[int]
+        self,
+        ticket: Ticket[SimCall],
+        name: str,
+        out: RequestOutput,
+        tokens: list[int],
+        first_at: list[float],
     ) -> None:
-        self.core.finished(ticket, ok=True, now=self.loop.now, output_tokens=out.completion_tokens)
+        # As routing.dispatch settles: usage trains the predictor, the first token to
+        # the last (one way later at both ends) teaches the replica's iteration time.
+        decode_s = self.loop.now - first_at[0] if first_at else None
+        self.core.finished(
+            ticket,
+            ok=True,
+            now=self.loop.now,
+            output_tokens=out.completion_tokens,
+            decode_seconds=decode_s,
+        )
         self.router.record_usage(name, out.prompt_tokens, out.cached_tokens, out.completion_tokens)
         ticket.handle.on_done(
             CallResult(

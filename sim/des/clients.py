@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from routing.core.blocks import BLOCK_SIZE, block_hashes
+from routing.core.length_predictor import RequestFeatures, last_user_text, word_cues
 from routing.core.tokenizer import Tokenizer, render_chat
 from routing.core.types import RequestDescriptor
 from sim.des.calls import CallResult, Journey, SimCall
@@ -86,6 +87,9 @@ class ClientContext:
     hash_seed: str
     budget: Budget
     records: list[RequestRecord]
+    # The engine's true output length for (prompt ids, max_tokens, ignore_eos): set
+    # only for the oracle predictor, which reads it from the request's features.
+    oracle: Callable[[list[int], int, bool], int] | None = None
 
 
 class RegionClients:
@@ -160,6 +164,7 @@ class RegionClients:
             block_hashes=record.prompt_keys,
             session_key=request.session_key,
             max_tokens=request.max_tokens,
+            features=self._features(request, text, tokens),
         )
         call = SimCall(
             descriptor,
@@ -182,6 +187,18 @@ class RegionClients:
         parent = record.prompt_keys[-1] if record.prompt_keys else None
         tail = [*prompt[full:], *reply]
         record.reply_keys = tuple(block_hashes(tail, seed=self.ctx.hash_seed, parent=parent))
+
+    def _features(self, request: Request, text: str, tokens: list[int]) -> RequestFeatures:
+        """What routing.core.openai_request.describe gives the predictor, plus the
+        truth for the oracle."""
+        if request.kind is ApiKind.CHAT:
+            cues = word_cues(last_user_text(request.messages))
+            endpoint = "chat"
+        else:
+            cues, endpoint = word_cues(text), "completions"
+        oracle = self.ctx.oracle
+        truth = oracle(tokens, request.max_tokens, request.ignore_eos) if oracle else None
+        return RequestFeatures(len(tokens), endpoint=endpoint, cues=cues, oracle_output=truth)
 
     def _first(self, record: RequestRecord) -> None:
         if record.first_at is None:

@@ -27,6 +27,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from routing.core.predictors import SIM_PREDICTORS
 from sim.engine import EngineConfig
 
 MODEL = "meridian-demo"
@@ -139,8 +140,15 @@ class SimConfig:
     engine: EngineConfig = field(default_factory=EngineConfig)
     timing: TimingConfig = field(default_factory=TimingConfig)
     sample_interval_s: float = 1.0
+    # The balancers' response-length predictor (routing.core.predictors): none, oracle
+    # (the engine's true length), session-mean or learned.  "none" by default: the
+    # learned one costs wall time on long runs and no stock policy reads it.
+    length_predictor: str = "none"
 
     def __post_init__(self) -> None:
+        if self.length_predictor not in SIM_PREDICTORS:
+            choices = ", ".join(SIM_PREDICTORS)
+            raise SimConfigError(f"--length-predictor must be one of {choices}")
         if self.deployment not in DEPLOYMENTS:
             raise SimConfigError(f"--deployment must be one of {', '.join(DEPLOYMENTS)}")
         if not self.replicas or any(n < 0 for n in self.replicas.values()):

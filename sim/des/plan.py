@@ -96,6 +96,7 @@ def base_config(options: Mapping[str, Any]) -> SimConfig:
         speed=options["speed"],
         engine=engine,
         timing=timing,
+        length_predictor=options.get("length_predictor") or "none",
         **extra,
     )
 

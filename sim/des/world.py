@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 
 from routing.core.availability import PUSHING_KEY, split_pushing_params
 from routing.core.blocks import DEFAULT_SEED
+from routing.core.load_forecast import LoadForecast
+from routing.core.predictors import build_predictor
 from routing.core.tokenizer import build_tokenizer
 from routing.core.topology import ModelSpec, PeerSpec, ReplicaSpec
 from sim.des.balancer import SimBalancer
@@ -30,7 +32,7 @@ from sim.des.config import MODEL, SimConfig, SimConfigError
 from sim.des.loop import EventLoop
 from sim.des.replica import SimReplica
 from sim.des.workloads import region_arrivals
-from sim.engine import Engine, Vocabulary
+from sim.engine import Engine, EngineConfig, Vocabulary
 
 SliceHook = Callable[[float, int], None]
 
@@ -117,7 +119,10 @@ class World:
         deployment = cfg.effective_deployment
         homes = [cfg.home_region] if deployment == "single" else cfg.regions
         for region in homes:
-            self.balancers[f"{region}-lb"] = SimBalancer(f"{region}-lb", region, self, cfg.timing)
+            forecast = LoadForecast(build_predictor(cfg.length_predictor))
+            self.balancers[f"{region}-lb"] = SimBalancer(
+                f"{region}-lb", region, self, cfg.timing, forecast
+            )
         models = {MODEL: self.model_spec()}
         for lb in self.balancers.values():
             owned = [
@@ -159,7 +164,10 @@ class World:
         records: list[RequestRecord] = []
         # Clients key blocks as a balancer in token_ids mode would: with Meridian's
         # own chain, whatever hash the emulated engines use inside.
-        ctx = ClientContext(self.loop, self.tokenizer, self.vocab, DEFAULT_SEED, budget, records)
+        oracle = true_output(cfg.engine) if cfg.length_predictor == "oracle" else None
+        ctx = ClientContext(
+            self.loop, self.tokenizer, self.vocab, DEFAULT_SEED, budget, records, oracle
+        )
         for lb in self.balancers.values():
             lb.start()
         self.loop.run(until=cfg.warmup_s)
@@ -218,3 +226,16 @@ def simulate(
 
 def with_policy(config: SimConfig, policy: str) -> SimConfig:
     return dataclasses.replace(config, policy=policy)
+
+
+def true_output(engine: EngineConfig) -> Callable[[list[int], int, bool], int]:
+    """The output length the emulated engine will produce, as ``Engine.add_request``
+    decides it (the DES sends no per-request seed): the oracle predictor's truth."""
+    lengths = engine.output_lengths
+
+    def truth(prompt_ids: list[int], max_tokens: int, ignore_eos: bool) -> int:
+        if ignore_eos:
+            return max_tokens
+        return min(lengths.sample(lengths.rng_for(prompt_ids, None, engine.seed)), max_tokens)
+
+    return truth

@@ -16,6 +16,7 @@ The simulation itself is ``sim.des``; this command only parses and prints.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from ops.progress import BudgetBar, bars_wanted, raw_stream
+from routing.core.predictors import SIM_PREDICTORS
 from routing.core.registry import DEFAULT_POLICY, UnknownPolicyError
 from sim.des.config import DEPLOYMENTS, SimConfig, SimConfigError
 from sim.des.experiments import EXPERIMENTS, experiment
@@ -84,6 +86,12 @@ class Command(BaseCommand):
         parser.add_argument("--speed", type=float, default=1.0, help="trace timestamps / speed")
         parser.add_argument("--max-outstanding", type=int, default=32, help="SP-O cap")
         parser.add_argument("--single-region", help="where a single balancer runs")
+        parser.add_argument(
+            "--length-predictor",
+            default="none",
+            choices=SIM_PREDICTORS,
+            help="response-length predictor of the balancers' load forecast (oracle: the truth)",
+        )
         parser.add_argument("--rtt", help="A:B=MS,... (default: the demo's RTTs)")
         parser.add_argument(
             "--ttft-slo",
@@ -121,7 +129,9 @@ class Command(BaseCommand):
             plan = experiment(options["experiment"], options["duration"], options["seed"])
             if engine_overridden(options):  # the same experiment in another engine regime
                 plan = with_engine(plan, engine_config(options))
-            return plan
+            predictor = options.get("length_predictor") or "none"
+            runs = [(k, dataclasses.replace(c, length_predictor=predictor)) for k, c in plan.runs]
+            return RunPlan(plan.title, runs)
         if not options["workload"]:
             raise SimConfigError("give --workload (or --experiment)")
         return build_plan(options)
@@ -162,5 +172,5 @@ def _param(raw: str) -> tuple[str, Any]:
 _SHOWN = (
     "workload", "experiment", "policies", "pushing", "deployment", "replicas", "clients",
     "rate", "duration", "requests", "seed", "profile", "kv_tokens", "kv_blocks", "max_model_len",
-    "time_scale", "max_outstanding", "param", "ttft_slo",
+    "time_scale", "max_outstanding", "param", "ttft_slo", "length_predictor",
 )  # fmt: skip
