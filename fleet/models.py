@@ -165,7 +165,7 @@ class ServiceConfig(models.Model):
     """One served model: its routing policy and autoscaling knobs."""
 
     model_name = models.CharField(max_length=128, unique=True)
-    policy = models.CharField(max_length=64, default="least_load")
+    policy = models.CharField(max_length=64, default="meridian")
     policy_params = models.JSONField(default=dict, blank=True)
 
     class ReadinessProbe(models.TextChoices):

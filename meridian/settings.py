@@ -276,6 +276,14 @@ MERIDIAN_CACHE_MISMATCH_MIN_REQUESTS = env_int(
     "MERIDIAN_CACHE_MISMATCH_MIN_REQUESTS", 10, minimum=1
 )
 MERIDIAN_CACHE_MISMATCH_THRESHOLD = env_float("MERIDIAN_CACHE_MISMATCH_THRESHOLD", 0.5, minimum=0.0)
+# PreServe's request-level load forecast (routing.forecast): the response-length predictor
+# (none | session-mean | learned), an optional saved state to start the learned one from
+# (manage.py bench predictor --save), the look-ahead horizon L in decode iterations, and
+# the seconds per decode iteration assumed until completions teach each replica's own.
+MERIDIAN_LENGTH_PREDICTOR = env_str("MERIDIAN_LENGTH_PREDICTOR", "learned")
+MERIDIAN_LENGTH_PREDICTOR_STATE = env_str("MERIDIAN_LENGTH_PREDICTOR_STATE", "")
+MERIDIAN_LOOKAHEAD_ITERATIONS = env_int("MERIDIAN_LOOKAHEAD_ITERATIONS", 100, minimum=1)
+MERIDIAN_SECONDS_PER_ITERATION = env_float("MERIDIAN_SECONDS_PER_ITERATION", 0.02, minimum=0.0001)
 # Redis-outage drill: the longest pause it may impose (CLIENT PAUSE is self-healing).
 MERIDIAN_DRILL_REDIS_MAX_S = env_float("MERIDIAN_DRILL_REDIS_MAX_S", 120.0, minimum=1.0)
 

@@ -15,6 +15,7 @@ from decimal import Decimal
 from django.db import transaction
 
 from fleet.models import Balancer, Region, RegionLatency, Replica, ServiceConfig, Zone
+from routing.core.registry import DEFAULT_POLICY
 
 DEMO_MODEL = "meridian-demo"
 
@@ -104,8 +105,8 @@ def plan_demo(host: str, balancer_base_port: int, replica_base_port: int) -> Dem
     return DemoTopology(host, tuple(balancers), tuple(replicas))
 
 
-# Meridian's own policy: prefix locality at both of SkyLB's layers.
-DEMO_POLICY = "skylb"
+# Meridian's own policy: the cost model over replicas, peers and waiting.
+DEMO_POLICY = DEFAULT_POLICY
 
 
 @transaction.atomic

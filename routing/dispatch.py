@@ -109,8 +109,10 @@ class Dispatcher:
         finally:
             if not handed_over:
                 # Cancellation or an exception before a response existed; after the core
-                # settled this lease (failed, finished) this is a no-op.
+                # settled this lease (failed, finished) these are no-ops.
                 placement.lease.release(ok=False)
+                if placement.peer is None:
+                    self.core.forecast.abandon(placement.label, call.descriptor.request_id)
 
     def _expected_cached(self, call: ProxyCall, placement: Placement) -> int | None:
         """What the cache map expects the replica to find cached, taken before it runs."""
@@ -156,6 +158,7 @@ class Dispatcher:
     ) -> StreamingHttpResponse:
         ttft = opened.first_byte_at - call.arrived
         self.metrics.ttft.observe(ttft, call.request.model, route)
+        self.core.first_token(ticket, opened.first_byte_at)
         sse = None if target.peer else SseRelay(strip_usage=not call.request.client_wants_usage)
 
         def finished(outcome: str, relay: SseRelay | None) -> None:
@@ -166,9 +169,11 @@ class Dispatcher:
                 self._count_failure(target, failure)
             usage = relay.usage if relay else None
             ok = outcome == OUTCOME_OK
+            # First token to last: how fast this replica decodes (the forecast's clock).
+            decode_s = time.monotonic() - opened.first_byte_at
             self._settle(
                 call, ticket, target, route, status, usage, ok=ok, failure=failure,
-                expected=expected,
+                expected=expected, decode_s=decode_s,
             )  # fmt: skip
 
         stream = RelayStream(opened, sse=sse, on_finish=finished)
@@ -219,10 +224,21 @@ class Dispatcher:
         ok: bool,
         failure: Failure | None = None,
         expected: int | None = None,
+        decode_s: float | None = None,
     ) -> None:
-        """End-of-request accounting: lease, counters, latency, token usage, and the
-        cached tokens the engine reported against those the cache map expected."""
-        self.core.finished(ticket, ok=ok, failure=failure)
+        """End-of-request accounting: lease, counters, latency, token usage, the
+        cached tokens the engine reported against those the cache map expected, and
+        the completion tokens against the length predicted."""
+        outcome = self.core.finished(
+            ticket,
+            ok=ok,
+            failure=failure,
+            output_tokens=usage.completion_tokens if usage is not None else None,
+            now=self.loop.time(),
+            decode_seconds=decode_s,
+        )
+        if outcome is not None and outcome.actual is not None:
+            self.metrics.count_prediction(target.label, outcome.predicted, outcome.actual)
         metrics, model = self.metrics, call.request.model
         metrics.requests.inc(model, str(status), route)
         metrics.latency.observe(time.monotonic() - call.arrived, model, route)

@@ -65,6 +65,7 @@ from routing.core.router import LocalRouter
 from routing.core.segments import DEFAULT_CACHE_TOKENS
 from routing.core.topology import TopologySnapshot
 from routing.dispatch import Dispatcher
+from routing.forecast import build_forecast
 from routing.kv_events import KVEventConsumer
 from routing.model_tokens import ModelEncoders
 from routing.peers import AvailabilityPoller, HttpReportFetch, PeerDirectory
@@ -121,6 +122,10 @@ class BalancerConfig:
     lora_adapters: Mapping[str, str] = field(default_factory=dict)
     tokenize_thread_chars: int = 16384
     tokenize_cache_tokens: int = DEFAULT_CACHE_TOKENS
+    length_predictor: str = "learned"
+    length_predictor_state: str = ""
+    lookahead_iterations: int = 100
+    seconds_per_iteration: float = 0.02
 
     @classmethod
     def from_settings(cls) -> BalancerConfig:
@@ -158,6 +163,10 @@ class BalancerConfig:
             lora_adapters=dict(s.MERIDIAN_LORA_ADAPTERS),
             tokenize_thread_chars=s.MERIDIAN_TOKENIZE_THREAD_CHARS,
             tokenize_cache_tokens=s.MERIDIAN_TOKENIZE_CACHE_TOKENS,
+            length_predictor=s.MERIDIAN_LENGTH_PREDICTOR,
+            length_predictor_state=s.MERIDIAN_LENGTH_PREDICTOR_STATE,
+            lookahead_iterations=s.MERIDIAN_LOOKAHEAD_ITERATIONS,
+            seconds_per_iteration=s.MERIDIAN_SECONDS_PER_ITERATION,
         )
 
 
@@ -226,6 +235,12 @@ class BalancerRuntime:
             retry_after_s=config.retry_after_s,
             probe_min_gap_s=config.probe_min_gap_s,
             alive=alive,
+            forecast=build_forecast(
+                config.length_predictor,
+                state_path=config.length_predictor_state,
+                horizon=config.lookahead_iterations,
+                seconds_per_iteration=config.seconds_per_iteration,
+            ),
         )
         self.peers = PeerDirectory(
             config.redis_url,
@@ -379,6 +394,7 @@ class BalancerRuntime:
         """Make ``snapshot`` the topology of both layers and of the queues (no await)."""
         self.router.apply(snapshot.replicas, snapshot.models)
         self.cache_view.retain([r.name for r in snapshot.replicas])
+        self.core.forecast.retain([r.name for r in snapshot.replicas])
         self.remote.apply(snapshot.peers, snapshot.models)
         for model, spec in snapshot.models.items():
             config = _block_identity_or_default(model, spec.policy_params)
@@ -429,6 +445,7 @@ class BalancerRuntime:
 
     def render_metrics(self) -> str:
         self.metrics.set_cache_health(self.kv.health.states, self.cache_view.detector.items())
+        self.metrics.set_forecast(self.core.forecast.snapshot(self.loop.time()))
         return self.metrics.render(self.router, self.remote, self.queue_snapshots())
 
     async def close(self) -> None:

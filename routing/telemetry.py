@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 from routing.core.cache_view_check import ReplicaCheck, ViewState
 from routing.core.kv_stream_health import StreamState
+from routing.core.load_forecast import ReplicaForecast
 from routing.core.metrics import MetricsRegistry
 from routing.core.remote import RemoteRouter
 from routing.core.router import LocalRouter
@@ -176,6 +177,66 @@ class BalancerMetrics:
             "meridian_cache_view_state",
             "1 on the mismatch detector's state for the replica (warming, ok, mismatch).",
             ["replica", "state"],
+        )
+        self.anticipated_kv = r.gauge(
+            "meridian_anticipated_kv_tokens",
+            "KV tokens the replica's running requests hold now, and at the peak and on "
+            "average over the next L decode iterations (PreServe's look-ahead map).",
+            ["replica", "stat"],
+        )
+        self.anticipated_running = r.gauge(
+            "meridian_anticipated_running_requests",
+            "Requests in the replica's look-ahead map.",
+            ["replica"],
+        )
+        self.seconds_per_iteration = r.gauge(
+            "meridian_replica_seconds_per_iteration",
+            "Decode iteration time the look-ahead map assumes for the replica (learned).",
+            ["replica"],
+        )
+        self.predictions = r.counter(
+            "meridian_length_predictions_total",
+            "Completed requests whose output length was predicted, per replica.",
+            ["replica"],
+        )
+        self.predicted_tokens = r.counter(
+            "meridian_length_predicted_tokens_total",
+            "Output tokens predicted for those requests (compare with completion tokens).",
+            ["replica"],
+        )
+        self.prediction_error = r.counter(
+            "meridian_length_prediction_error_tokens_total",
+            "Absolute error of those predictions, in tokens (over predictions: the MAE).",
+            ["replica"],
+        )
+        self.prediction_overruns = r.counter(
+            "meridian_length_prediction_overruns_total",
+            "Requests that generated more than predicted (given a virtual extension).",
+            ["replica"],
+        )
+
+    def count_prediction(self, replica: str, predicted: int, actual: int) -> None:
+        """A completed request's predicted output against the engine's count."""
+        self.predictions.inc(replica)
+        self.predicted_tokens.inc(replica, amount=predicted)
+        self.prediction_error.inc(replica, amount=abs(actual - predicted))
+        if actual > predicted:
+            self.prediction_overruns.inc(replica)
+
+    def set_forecast(self, forecast: Sequence[ReplicaForecast]) -> None:
+        """The anticipated-load gauges, read now."""
+        self.anticipated_kv.replace(
+            row
+            for f in forecast
+            for row in (
+                ((f.replica, "now"), float(f.kv_tokens)),
+                ((f.replica, "peak"), float(f.peak_kv_tokens)),
+                ((f.replica, "mean"), f.mean_kv_tokens),
+            )
+        )
+        self.anticipated_running.replace(((f.replica,), f.running) for f in forecast)
+        self.seconds_per_iteration.replace(
+            ((f.replica,), f.seconds_per_iteration) for f in forecast
         )
 
     def set_cache_health(

@@ -28,6 +28,7 @@ from routing.core.availability import (
     PushingConfig,
     split_pushing_params,
 )
+from routing.core.registry import default_pushing
 from routing.core.topology import ModelSpec, PeerSpec, ReplicaSpec, TopologySnapshot
 
 logger = logging.getLogger(__name__)
@@ -79,17 +80,19 @@ def load_snapshot(balancer_name: str) -> TopologySnapshot:
 
 def model_spec(config: ServiceConfig) -> ModelSpec:
     """A ServiceConfig as the router sees it: the pushing keys split off the policy's
-    parameters (a bad value is logged and SP-P used: a typo must not take a model
-    offline), and the regional queue's bounds."""
+    parameters (a bad value is logged and the policy's default rule used: a typo
+    must not take a model offline), and the regional queue's bounds.  A service
+    naming no pushing rule gets its policy's (``default_pushing``: ``tokens`` for
+    the cost model)."""
     params = dict(config.policy_params or {})
     try:
-        pushing, policy_params = split_pushing_params(params)
+        pushing, policy_params = split_pushing_params(params, default_pushing(config.policy))
     except ValueError as exc:
         if (config.model_name, str(exc)) not in _reported:  # once, not every refresh
             _reported.add((config.model_name, str(exc)))
             logger.error("service %s: %s; using SP-P pushing", config.model_name, exc)
         policy_params = {k: v for k, v in params.items() if k not in PUSHING_KEYS}
-        pushing = PushingConfig()
+        pushing = PushingConfig(default_pushing(config.policy))
     return ModelSpec(
         config.model_name,
         config.policy,

@@ -132,10 +132,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=0.05,
         help="wall seconds per modeled second (0.05 = 20x faster than the GPU)",
     )
-    p.add_argument("--num-blocks", type=int, default=2048)
-    p.add_argument("--max-num-seqs", type=int, default=64)
-    p.add_argument("--max-num-batched-tokens", type=int, default=2048)
-    p.add_argument("--max-model-len", type=int, default=8192)
+    # The engine's shape defaults to the profile's (sim.engine.profiles); each overrides it.
+    p.add_argument("--num-blocks", "--kv-blocks", type=int, default=None, help="KV blocks")
+    p.add_argument("--kv-tokens", type=int, default=None, help="KV cache size in tokens")
+    p.add_argument("--max-num-seqs", type=int, default=None)
+    p.add_argument("--max-num-batched-tokens", type=int, default=None)
+    p.add_argument("--max-model-len", type=int, default=None, help="context limit in tokens")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--block-size", type=int, default=16, help="tokens per KV block")
     p.add_argument(
@@ -192,18 +194,22 @@ def build_replicas(args: argparse.Namespace) -> list[Replica]:
     encoder = model_tokenizer(args.tokenizer) if args.tokenizer else None
     tokenizer: Tokenizer = ModelText(encoder) if encoder else build_tokenizer(args.tokenizer_json)
     vocab = Vocabulary(tokenizer, extra_words=model_words(encoder) if encoder else ())
-    config = EngineConfig(
-        num_blocks=args.num_blocks,
-        max_num_seqs=args.max_num_seqs,
-        max_num_batched_tokens=args.max_num_batched_tokens,
-        max_model_len=args.max_model_len,
-        block_size=args.block_size,
-        hash_algo=HashAlgo(args.prefix_caching_hash_algo),
-        hash_seed=args.hash_seed,
-        profile=args.profile,
-        seed=args.seed,
-        max_loras=args.max_loras,
-    )
+    try:
+        config = EngineConfig.for_profile(
+            args.profile,
+            kv_blocks=args.num_blocks,
+            kv_tokens=args.kv_tokens,
+            max_num_seqs=args.max_num_seqs,
+            max_num_batched_tokens=args.max_num_batched_tokens,
+            max_model_len=args.max_model_len,
+            block_size=args.block_size,
+            hash_algo=HashAlgo(args.prefix_caching_hash_algo),
+            hash_seed=args.hash_seed,
+            seed=args.seed,
+            max_loras=args.max_loras,
+        )
+    except ValueError as exc:
+        raise SystemExit(str(exc)) from None
     # vLLM numbers adapters from 1 in the order they were registered.
     loras = {name: index for index, name in enumerate(args.lora, start=1)}
     if args.enable_auto_tool_choice and not args.tool_call_parser:

@@ -185,12 +185,27 @@ def replica_views(inputs: TickInputs) -> list[dict[str, Any]]:
                 "outstanding": live.get("outstanding"),
                 "kv_usage": live.get("kv_usage"),
                 "hit_rate": live.get("cached_token_ratio"),
+                **_anticipated(live.get("forecast")),
                 # Plain-language warnings about the balancer's view of its cache
                 # (KV-event stream, hit-rate mismatch): routing/views/internal.py.
                 "warnings": list(live.get("warnings") or []),
             }
         )
     return out
+
+
+# Points of the look-ahead sparkline: enough for its shape, small on the websocket.
+SPARKLINE_POINTS = 20
+
+
+def _anticipated(forecast: dict[str, Any] | None) -> dict[str, Any]:
+    """The replica's PreServe look-ahead map: its peak KV tokens over the next L
+    iterations and a coarse curve of it (every k-th iteration) for the sparkline."""
+    if not forecast:
+        return {"anticipated_peak": None, "lookahead": []}
+    ahead = list(forecast.get("lookahead") or [])
+    step = max(1, len(ahead) // SPARKLINE_POINTS)
+    return {"anticipated_peak": forecast.get("peak_kv_tokens"), "lookahead": ahead[::step]}
 
 
 def build_snapshot(inputs: TickInputs) -> tuple[dict[str, Any], dict[str, dict[str, float]]]:

@@ -26,13 +26,21 @@ to *available* replicas.  Three rules, chosen per service with the
 ``blind``: no selection and so no queue: any healthy replica takes the request
     at once (kept to compare against, SkyLB Figure 9's "BP").
 
+``tokens``: SP-P's rule expressed in tokens, for a policy that prices work
+    (``routing.core.policy.CostModel``, the ``meridian`` policy's default): a
+    replica is available while the prefill work this balancer has queued on it
+    is under the policy's admission limit (``CostModel.admits``), and under
+    SP-O's cap as a backstop.  No push budget: the replica holding a prefix
+    stays available while its queued work is small.  A policy that prices
+    nothing falls back to SP-O's cap.
+
 Everything here is plain data and functions of ``now``; the router owns one
 ``ProbeMark`` per replica and calls these on every decision.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -47,6 +55,7 @@ class PushingMode(StrEnum):
     SP_P = "sp-p"
     SP_O = "sp-o"
     BLIND = "blind"
+    TOKENS = "tokens"
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,13 +70,17 @@ class PushingConfig:
             raise ValueError(f"{PUSH_BUDGET_KEY} must be at least 1, not {self.push_budget}")
 
 
-def split_pushing_params(params: Mapping[str, Any]) -> tuple[PushingConfig, dict[str, Any]]:
+def split_pushing_params(
+    params: Mapping[str, Any], default_mode: PushingMode = PushingMode.SP_P
+) -> tuple[PushingConfig, dict[str, Any]]:
     """Take the pushing keys out of ``policy_params``; the rest belongs to the policy.
 
-    ``ValueError`` with a clear message for an unknown mode or a bad budget.
+    ``default_mode`` applies when ``pushing`` is absent (the policy's own default,
+    ``routing.core.registry.default_pushing``).  ``ValueError`` with a clear
+    message for an unknown mode or a bad budget.
     """
     rest = dict(params)
-    raw_mode = rest.pop(PUSHING_KEY, PushingMode.SP_P.value)
+    raw_mode = rest.pop(PUSHING_KEY, default_mode.value)
     raw_budget = rest.pop(PUSH_BUDGET_KEY, 1)
     try:
         mode = PushingMode(str(raw_mode).lower())
@@ -117,12 +130,17 @@ def is_available(
     pushing: PushingConfig,
     limits: AvailabilityLimits,
     now: float,
+    admits: Callable[[TargetState], bool] | None = None,
 ) -> bool:
-    """May ``target`` take one more request right now under ``pushing``?"""
+    """May ``target`` take one more request right now under ``pushing``?
+
+    ``admits``: the policy's token admission limit, used by ``tokens`` pushing."""
     if not target.healthy:
         return False
     if pushing.mode is PushingMode.BLIND:
         return True
+    if pushing.mode is PushingMode.TOKENS and admits is not None:
+        return target.outstanding < limits.max_outstanding and admits(target)
     if pushing.mode is PushingMode.SP_P and mark.fresh(now, limits.probe_stale_s):
         return mark.waiting == 0 and mark.unconfirmed < pushing.push_budget
     return target.outstanding < limits.max_outstanding

@@ -26,16 +26,23 @@ Events and the decisions they return:
   wait, up to ``max_attempts``.  Then, or when waiting is pointless, it is
   refused: 502 after a broken target, else 429 while something is merely busy,
   else 503.
+* ``first_token``: the attempt's first token came back; its time since the
+  send goes to a policy that learns rates from it (``CostModel``).
 * ``finished``: the response ended (or a target's answer was relayed as it is):
-  the lease goes back.
+  the lease goes back; with the end time and output length, the replica's
+  inter-token latency goes to such a policy too, and the engine's completion
+  tokens, when the driver has them, train the length predictor.
 * ``cancel``: the client left.  Out of the queue, or the placement a drain
   delivered in the instant before it left goes back.
 * ``drain``: something may have become available (a probe, a completion, a
   peer report, a topology change: the routers' ``on_change``).  Waiting
   requests are offered targets in FCFS order and stop as soon as nothing is
   available (``nothing_available``); a request whose client is gone is
-  skipped.  For queues left non-empty, the SP-P replicas held back only by an
-  old probe are named for an early re-probe.
+  skipped.  For a cost-model policy, once the oldest request has waited past
+  its admission patience (``CostModel.waives_admission``), the whole queue is
+  offered: a held-back replica takes what waited that long.  For queues left
+  non-empty, the SP-P replicas held back only by an old probe are named for an
+  early re-probe.
 * ``expire``: the timer the driver armed fired; requests past their deadline
   are refused (503 queue timeout).  ``timer`` says when to arm it: only when
   the earliest deadline is earlier than the one already armed.
@@ -44,6 +51,11 @@ The routers' ``on_change`` reaches the *driver*, which schedules one coalesced
 ``drain``: scheduling is I/O, what the drain decides is this module's.  Probe
 results, peer reports and topology changes go to ``LocalRouter`` and
 ``RemoteRouter`` directly.
+
+Each request's output length is predicted on arrival and each local
+replica's KV look-ahead map follows what is sent to it and what completes
+(``routing.core.load_forecast``, PreServe §4.2-4.3.1): the core tells the
+forecast at the same events where it takes and gives back leases.
 
 Every ``Send`` holds a lease taken when it was decided; exactly one of
 ``failed``, ``finished`` or ``cancel`` gives it back (``Lease.release`` is
@@ -59,7 +71,14 @@ from dataclasses import dataclass, field
 from typing import Generic, TypeAlias, TypeVar
 
 from routing.core import errors
-from routing.core.pending_queue import QueuedRequest, QueueFullError, RegionalQueues
+from routing.core.load_anticipator import Outcome
+from routing.core.load_forecast import LoadForecast
+from routing.core.pending_queue import (
+    PendingQueue,
+    QueuedRequest,
+    QueueFullError,
+    RegionalQueues,
+)
 from routing.core.remote import Placement, RemoteRouter, nothing_available, place, worth_waiting
 from routing.core.router import LocalRouter
 from routing.core.types import RequestDescriptor
@@ -96,6 +115,9 @@ class Ticket(Generic[P]):
     last: Failure | None = None
     entry: QueuedRequest[Ticket[P]] | None = None
     placement: Placement | None = None
+    # When the current attempt was sent and its first token seen (cost-model timings).
+    sent_at: float | None = None
+    first_at: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,6 +164,10 @@ def _always(ticket: Ticket[P]) -> bool:
     return True
 
 
+def _never() -> bool:
+    return False
+
+
 class DispatchCore(Generic[P]):
     def __init__(
         self,
@@ -153,6 +179,7 @@ class DispatchCore(Generic[P]):
         retry_after_s: int,
         probe_min_gap_s: float,
         alive: Callable[[Ticket[P]], bool] = _always,
+        forecast: LoadForecast | None = None,
     ) -> None:
         if max_attempts < 1:
             raise ValueError("max_attempts must be at least 1")
@@ -164,16 +191,18 @@ class DispatchCore(Generic[P]):
         self.probe_min_gap_s = probe_min_gap_s
         # False once the ticket's client is gone: a drain must not place it.
         self.alive = alive
+        self.forecast = forecast or LoadForecast()
         self._armed = math.inf
 
     # -- events -------------------------------------------------------------------------
 
     def arrive(self, ticket: Ticket[P], now: float) -> Decision[P]:
+        ticket.request = self.forecast.predict(ticket.request)
         # FCFS: a newcomer may not overtake requests already waiting (a retry may).
         if not self.queues.for_model(ticket.request.model):
             placement = self._place(ticket)
             if placement is not None:
-                return self._send(ticket, placement)
+                return self._send(ticket, placement, now)
         return self._wait(ticket, now, front=False)
 
     def failed(self, ticket: Ticket[P], failure: Failure, now: float) -> Decision[P]:
@@ -181,25 +210,69 @@ class DispatchCore(Generic[P]):
         if placement is not None:
             if placement.peer is None and failure.marks_unhealthy:
                 self.local.mark_failed(placement.label)
+            self._leave_map(ticket, placement)
             placement.lease.release(ok=False)
         ticket.last = failure
         if ticket.attempts >= self.max_attempts:
-            return Refuse(ticket, self._refusal(ticket))
+            return self._refuse(ticket, self._refusal(ticket))
         retried = self._place(ticket)
         if retried is not None:
-            return self._send(ticket, retried)
+            return self._send(ticket, retried, now)
         # It arrived before everything now waiting: back in at the front.
         return self._wait(ticket, now, front=True)
 
-    def finished(self, ticket: Ticket[P], *, ok: bool, failure: Failure | None = None) -> None:
+    def first_token(self, ticket: Ticket[P], now: float) -> None:
+        """The attempt's first token reached the balancer at ``now``: a replica's
+        time to first token, for a policy that learns rates from it."""
+        placement = ticket.placement
+        if placement is None or ticket.sent_at is None or ticket.first_at is not None:
+            return
+        ticket.first_at = now
+        if placement.peer is None:
+            self.local.observe_first_token(ticket.request, placement.label, now - ticket.sent_at)
+
+    def finished(
+        self,
+        ticket: Ticket[P],
+        *,
+        ok: bool,
+        failure: Failure | None = None,
+        now: float | None = None,
+        output_tokens: int | None = None,
+        decode_seconds: float | None = None,
+    ) -> Outcome | None:
         """The attempt is over; ``failure`` when the target broke after its first
-        byte (too late to retry, but a broken replica is still marked)."""
+        byte (too late to retry, but a broken replica is still marked).
+        ``output_tokens`` (the engine's usage) at ``now`` gives a learning policy the
+        replica's inter-token latency and completes the request in the load forecast;
+        ``decode_seconds`` (first token to last) when known.  Returns the request's
+        prediction against what it did, when it completed."""
         placement, ticket.placement = ticket.placement, None
         if placement is None:
-            return
+            return None
+        outcome = None
+        if ok and placement.peer is None and now is not None and output_tokens is not None:
+            self._observe_finish(ticket, placement.label, now, output_tokens)
         if failure is not None and placement.peer is None and failure.marks_unhealthy:
             self.local.mark_failed(placement.label)
+        if placement.peer is None and ok and output_tokens is not None and now is not None:
+            outcome = self.forecast.complete(
+                placement.label, ticket.request, output_tokens, now, decode_seconds
+            )
+        else:
+            self._leave_map(ticket, placement)
+        self.forecast.forget(ticket.request.request_id)
         placement.lease.release(ok=ok)
+        return outcome
+
+    def _overdue(self, model: str, queue: PendingQueue[Ticket[P]], now: float) -> bool:
+        """The oldest request waited past the cost model's admission patience."""
+        cost_model = self.local.cost_model(model)
+        return cost_model is not None and cost_model.waives_admission(queue.oldest_wait(now))
+
+    def _observe_finish(self, ticket: Ticket[P], name: str, now: float, output: int) -> None:
+        if ticket.first_at is not None:
+            self.local.observe_finish(ticket.request, name, now - ticket.first_at, output)
 
     def cancel(self, ticket: Ticket[P], now: float) -> float | None:
         """The client left: seconds it waited when it was still queued, else None."""
@@ -207,8 +280,10 @@ class DispatchCore(Generic[P]):
         if entry is not None and self.queues.for_model(ticket.request.model).remove(entry):
             return entry.waited(now)
         placement, ticket.placement = ticket.placement, None
+        self.forecast.forget(ticket.request.request_id)
         if placement is not None:
             # Placed by a drain in the instant before the client left.
+            self._leave_map(ticket, placement)
             placement.lease.release(ok=False)
         return None
 
@@ -218,10 +293,15 @@ class DispatchCore(Generic[P]):
         for model, queue in self.queues.items():
             if not queue:
                 continue
-            exhausted = functools.partial(nothing_available, model, self.local, self.remote)
-            for entry, placement in queue.drain(self._place_queued, exhausted):
+            exhausted: Callable[[], bool] = functools.partial(
+                nothing_available, model, self.local, self.remote
+            )
+            if self._overdue(model, queue, now):
+                exhausted = _never  # the cost model sends it to a held-back replica
+            place_queued = functools.partial(self._place_queued, now=now, queued=len(queue))
+            for entry, placement in queue.drain(place_queued, exhausted):
                 entry.payload.entry = None
-                sends.append(self._send(entry.payload, placement, waited=entry.waited(now)))
+                sends.append(self._send(entry.payload, placement, now, waited=entry.waited(now)))
             if queue:
                 probe += self.local.reprobe_candidates(model, self.probe_min_gap_s)
         return Drained(sends, probe)
@@ -236,6 +316,7 @@ class DispatchCore(Generic[P]):
             ticket, waited = entry.payload, entry.waited(now)
             ticket.entry = None
             error = errors.queue_timeout(ticket.request.model, waited, self.retry_after_s)
+            self.forecast.forget(ticket.request.request_id)
             refusals.append(Refuse(ticket, error, waited))
         return refusals
 
@@ -250,40 +331,58 @@ class DispatchCore(Generic[P]):
 
     # -- decisions ------------------------------------------------------------------------
 
-    def _place(self, ticket: Ticket[P]) -> Placement | None:
+    def _place(
+        self, ticket: Ticket[P], waited_s: float = 0.0, queued_ahead: int = 0
+    ) -> Placement | None:
         return place(
             ticket.request,
             self.local,
             self.remote,
             tried=ticket.tried,
             tried_peers=ticket.tried_peers,
+            waited_s=waited_s,
+            queued_ahead=queued_ahead,
         )
 
-    def _place_queued(self, entry: QueuedRequest[Ticket[P]]) -> Placement | None:
+    def _place_queued(
+        self, entry: QueuedRequest[Ticket[P]], *, now: float, queued: int
+    ) -> Placement | None:
         if not self.alive(entry.payload):
             return None  # its client left; the driver's cancel takes the entry out
-        return self._place(entry.payload)
+        # The queue's length bounds how many wait ahead (a cost model prices it).
+        return self._place(entry.payload, entry.waited(now), queued - 1)
 
     def _send(
-        self, ticket: Ticket[P], placement: Placement, waited: float | None = None
+        self, ticket: Ticket[P], placement: Placement, now: float, waited: float | None = None
     ) -> Send[P]:
         ticket.attempts += 1
         (ticket.tried if placement.peer is None else ticket.tried_peers).add(placement.label)
         ticket.placement = placement
+        ticket.sent_at, ticket.first_at = now, None
+        if placement.peer is None:
+            self.forecast.admit(placement.label, ticket.request, now)
         return Send(ticket, placement, retry=ticket.attempts > 1, waited=waited)
 
     def _wait(self, ticket: Ticket[P], now: float, *, front: bool) -> Decision[P]:
         request = ticket.request
         if not worth_waiting(request, self.local, self.remote, ticket.tried):
-            return Refuse(ticket, self._refusal(ticket))
+            return self._refuse(ticket, self._refusal(ticket))
         try:
             ticket.entry = self.queues.for_model(request.model).push(
                 request, ticket, now, front=front
             )
         except QueueFullError as full:
             error = errors.queue_full(request.model, full.max_len, self.retry_after_s)
-            return Refuse(ticket, error)
+            return self._refuse(ticket, error)
         return Wait(ticket)
+
+    def _refuse(self, ticket: Ticket[P], error: errors.ApiError) -> Refuse[P]:
+        self.forecast.forget(ticket.request.request_id)
+        return Refuse(ticket, error)
+
+    def _leave_map(self, ticket: Ticket[P], placement: Placement) -> None:
+        if placement.peer is None:
+            self.forecast.abandon(placement.label, ticket.request.request_id)
 
     def _refusal(self, ticket: Ticket[P]) -> errors.ApiError:
         model, retry, last = ticket.request.model, self.retry_after_s, ticket.last

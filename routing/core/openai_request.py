@@ -35,6 +35,7 @@ from typing import Any
 
 from routing.core import errors
 from routing.core.block_identity import BlockScheme
+from routing.core.length_predictor import prompt_features
 from routing.core.openai_inputs import ChatInput, PromptInput, embedding_input, responses_input
 from routing.core.prompts import ChatPrompt, Prompt, TextPrompt, TokenPrompt
 from routing.core.types import RequestDescriptor
@@ -174,6 +175,9 @@ def describe(
         max_tokens=request.max_tokens,
         lora=lora,
         forwarded=forwarded,
+        # Cues for the response-length predictor: a few words at each end of the
+        # last user message, O(1) in the prompt's length.
+        features=prompt_features(request.prompt, request.endpoint.name.lower()),
     )
 
 

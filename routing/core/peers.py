@@ -15,7 +15,8 @@ its queue is at most τ (Algorithm 1, line 12: unavailable when
 The JSON is the contract with peers, the control plane and the console, so
 its fields are listed once here (``Heartbeat``) and nowhere else.  ``queues``
 (per model) was added after ``queue`` (the total); a report without it is read
-with an empty map, and ``queue`` then stands for every model.
+with an empty map, and ``queue`` then stands for every model.  ``estimates``
+(per model, seconds) came later still and is likewise optional.
 """
 
 from __future__ import annotations
@@ -45,9 +46,17 @@ class Heartbeat:
     models: Mapping[str, int] = field(default_factory=dict)
     # Requests waiting in this balancer's queue per model.
     queues: Mapping[str, int] = field(default_factory=dict)
+    # Seconds a new request would queue for prefill here, per model priced by a
+    # cost model (the ``meridian`` policy); peers add it to the RTT.
+    estimates: Mapping[str, float] = field(default_factory=dict)
 
     def to_json(self) -> str:
-        data = {**asdict(self), "models": dict(self.models), "queues": dict(self.queues)}
+        data = {
+            **asdict(self),
+            "models": dict(self.models),
+            "queues": dict(self.queues),
+            "estimates": dict(self.estimates),
+        }
         return json.dumps(data, sort_keys=True)
 
     @classmethod
@@ -68,6 +77,7 @@ class Heartbeat:
                 queue=int(data["queue"]),
                 models=_counts(data.get("models")),
                 queues=_counts(data.get("queues")),
+                estimates=_seconds(data.get("estimates")),
             )
         except (KeyError, TypeError, AttributeError) as exc:
             raise ValueError(f"heartbeat is missing or mistypes a field: {exc}") from None
@@ -89,3 +99,11 @@ def _counts(raw: object) -> dict[str, int]:
     if not isinstance(raw, dict):
         raise TypeError(f"expected an object of counts, got {type(raw).__name__}")
     return {str(k): int(v) for k, v in raw.items()}
+
+
+def _seconds(raw: object) -> dict[str, float]:
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise TypeError(f"expected an object of seconds, got {type(raw).__name__}")
+    return {str(k): float(v) for k, v in raw.items()}

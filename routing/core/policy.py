@@ -21,7 +21,9 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Sequence
-from typing import Protocol
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Protocol, runtime_checkable
 
 from routing.core.types import RequestDescriptor, TargetState
 
@@ -41,6 +43,72 @@ class Policy(Protocol):
 
     def on_targets_changed(self, target_ids: Sequence[str]) -> None:
         """The complete set of known targets, after any change to it."""
+        ...
+
+
+class Option(StrEnum):
+    REPLICA = "replica"
+    PEER = "peer"
+    WAIT = "wait"
+
+
+@dataclass(frozen=True, slots=True)
+class Choice:
+    """A cost model's decision: where the request goes (None: wait) and what it
+    expects that to cost in seconds."""
+
+    option: Option
+    target: TargetState | None
+    cost_s: float
+
+
+@runtime_checkable
+class CostModel(Protocol):
+    """A policy that weighs local replicas, peer regions and waiting together.
+
+    ``routing.core.remote.place`` asks such a policy to ``choose`` instead of
+    running Algorithm 1's local-first rule, and its token ``admits`` replaces
+    SP-P's push budget when the service pushes by ``tokens``.  Timings come from
+    the dispatch core (``observe_first_token``/``observe_finish``); no clock here.
+    """
+
+    name: str
+
+    def choose(
+        self,
+        request: RequestDescriptor,
+        available: Sequence[TargetState],
+        held_back: Sequence[TargetState],
+        peers: Sequence[TargetState],
+        *,
+        waited_s: float = 0.0,
+        queued_ahead: int = 0,
+    ) -> Choice:
+        """The cheapest option; ``held_back``: healthy replicas not admitting now."""
+        ...
+
+    def admits(self, target: TargetState) -> bool:
+        """The admission limit: may ``target`` take one more request now?"""
+        ...
+
+    def waives_admission(self, waited_s: float) -> bool:
+        """A request that waited this long goes to a held-back replica anyway."""
+        ...
+
+    def region_estimate(self, targets: Sequence[TargetState]) -> float:
+        """Seconds a new request would wait for prefill here (for peers' reports)."""
+        ...
+
+    def observe_first_token(
+        self, request: RequestDescriptor, target_id: str, ttft_s: float
+    ) -> None:
+        """The first token of ``request`` reached the balancer ``ttft_s`` after sending."""
+        ...
+
+    def observe_finish(
+        self, request: RequestDescriptor, target_id: str, decode_s: float, output_tokens: int
+    ) -> None:
+        """``request`` produced ``output_tokens`` in ``decode_s`` after its first token."""
         ...
 
 

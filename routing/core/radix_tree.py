@@ -127,6 +127,32 @@ class RadixTree:
             node = child
         return (depth, set(alive)) if depth else (0, set())
 
+    def match_depths(self, hashes: Sequence[int], wanted: Collection[str]) -> dict[str, int]:
+        """Blocks of the prompt each tenant in ``wanted`` holds, for those holding any.
+
+        One walk down the prompt's path: a tenant holding a node holds its
+        ancestors, so its depth is where it last appears.  The cost model scores
+        every replica by its own match, not only the deepest ones.
+        """
+        seq = tuple(hashes)
+        depths: dict[str, int] = {}
+        node, depth = self.root, 0
+        while depth < len(seq):
+            child = node.children.get(seq[depth])
+            if child is None:
+                break
+            k = common_prefix(child.edge, seq, depth)
+            depth += k
+            holders = child.tenants.keys() & wanted
+            if not holders:
+                break
+            for tenant in holders:
+                depths[tenant] = depth
+            if k < len(child.edge):
+                break
+            node = child
+        return depths
+
     def remove_tenant(self, tenant: str) -> None:
         """Forget ``tenant`` entirely; nodes left with no tenant disappear."""
         for node in self._nodes.pop(tenant, {}):

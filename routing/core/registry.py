@@ -18,6 +18,11 @@ uses for a given local policy.
 | cache_map | policies.cache_map | push-based cache map, sticky least-loaded (002) |
 | metrics_aware | policies.metrics_aware | queue / LoRA / KV filters (Higress, 001) |
 | nearest | policies.nearest | lowest RTT peer (remote layer default) |
+| meridian | policies.meridian | cost model over replicas, peers and waiting (default) |
+
+``DEFAULT_POLICY`` is what a new service and the demo run.  ``default_pushing``
+says which selective-pushing rule a policy runs when a service names none: the
+cost model admits by queued prefill tokens (``tokens``), the others by SP-P.
 """
 
 from __future__ import annotations
@@ -26,9 +31,11 @@ import dataclasses
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from routing.core.availability import PushingMode
 from routing.core.policies.cache_map import CacheMapConfig, CacheMapPolicy
 from routing.core.policies.consistent_hash import ConsistentHashConfig, ConsistentHashPolicy
 from routing.core.policies.least_load import LeastLoadConfig, LeastLoadPolicy
+from routing.core.policies.meridian import MeridianConfig, MeridianPolicy
 from routing.core.policies.metrics_aware import MetricsAwareConfig, MetricsAwarePolicy
 from routing.core.policies.nearest import NearestConfig, NearestPolicy
 from routing.core.policies.power_of_two import PowerOfTwoConfig, PowerOfTwoPolicy
@@ -49,6 +56,7 @@ _REGISTRY: dict[str, tuple[PolicyFactory, type[Any]]] = {
     "cache_map": (CacheMapPolicy, CacheMapConfig),
     "consistent_hash": (ConsistentHashPolicy, ConsistentHashConfig),
     "least_load": (LeastLoadPolicy, LeastLoadConfig),
+    "meridian": (MeridianPolicy, MeridianConfig),
     "metrics_aware": (MetricsAwarePolicy, MetricsAwareConfig),
     "nearest": (NearestPolicy, NearestConfig),
     "power_of_two": (PowerOfTwoPolicy, PowerOfTwoConfig),
@@ -62,6 +70,9 @@ _REGISTRY: dict[str, tuple[PolicyFactory, type[Any]]] = {
 # (SkyLB Algorithm 1, lines 20 and 23): the snapshot trie and the balancer ring.
 _SAME_ON_BOTH_LAYERS = frozenset({"skylb", "skylb_ch"})
 REMOTE_DEFAULT = "nearest"
+DEFAULT_POLICY = "meridian"
+# Policies that price work in tokens and admit by it rather than by SP-P's budget.
+_TOKEN_ADMISSION = frozenset({"meridian"})
 
 
 def policy_names() -> list[str]:
@@ -71,6 +82,11 @@ def policy_names() -> list[str]:
 def remote_policy_name(local_name: str) -> str:
     """The policy a service's remote layer uses, given its local policy's name."""
     return local_name if local_name in _SAME_ON_BOTH_LAYERS else REMOTE_DEFAULT
+
+
+def default_pushing(name: str) -> PushingMode:
+    """The pushing rule policy ``name`` runs when the service names none."""
+    return PushingMode.TOKENS if name in _TOKEN_ADMISSION else PushingMode.SP_P
 
 
 def policy_defaults(name: str) -> dict[str, Any]:

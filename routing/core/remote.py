@@ -33,7 +33,7 @@ from typing import Any
 
 from routing.core.leases import InflightLedger, Lease
 from routing.core.peers import Heartbeat
-from routing.core.policy import Policy
+from routing.core.policy import CostModel, Option, Policy
 from routing.core.router import Clock, LocalRouter, PolicyBuilder
 from routing.core.topology import ModelSpec, PeerSpec
 from routing.core.types import RequestDescriptor, TargetState
@@ -54,6 +54,11 @@ class PeerLink:
 
     def queue_for(self, model: str) -> int:
         return 0 if self.report is None else self.report.queue_for(model)
+
+    def estimate_for(self, model: str) -> float:
+        """The queueing seconds the peer reported for ``model`` (0 when it prices
+        nothing: a peer without a cost model looks as good as its availability)."""
+        return 0.0 if self.report is None else self.report.estimates.get(model, 0.0)
 
     def room_for(self, model: str) -> int:
         """Available replicas the report showed, less the forwards sent since."""
@@ -167,6 +172,7 @@ class RemoteRouter:
             if link.spec.name in exclude or not self.is_available(link, model, now):
                 continue
             link.state.waiting = link.queue_for(model)
+            link.state.extra["estimate_s"] = link.estimate_for(model)
             out.append(link.state)
         return out
 
@@ -250,8 +256,19 @@ def place(
     *,
     tried: AbstractSet[str] = frozenset(),
     tried_peers: AbstractSet[str] = frozenset(),
+    waited_s: float = 0.0,
+    queued_ahead: int = 0,
 ) -> Placement | None:
-    """SkyLB Algorithm 1, HANDLEREQUEST: local first, else an available peer, else wait."""
+    """SkyLB Algorithm 1, HANDLEREQUEST: local first, else an available peer, else wait.
+
+    A model whose policy prices options itself (``CostModel``) is placed by
+    ``place_by_cost`` instead: replicas, peers and waiting weighed together."""
+    cost_model = local.cost_model(request.model)
+    if cost_model is not None:
+        return place_by_cost(
+            cost_model, request, local, remote, tried=tried, tried_peers=tried_peers,
+            waited_s=waited_s, queued_ahead=queued_ahead,
+        )  # fmt: skip
     target = local.select(request, tried).target
     if target is not None:
         return Placement(target, local.lease(request, target))
@@ -261,6 +278,34 @@ def place(
     if peer is None:
         return None
     return Placement(peer, remote.lease(request, peer), remote.link(peer.target_id))
+
+
+def place_by_cost(
+    cost_model: CostModel,
+    request: RequestDescriptor,
+    local: LocalRouter,
+    remote: RemoteRouter,
+    *,
+    tried: AbstractSet[str],
+    tried_peers: AbstractSet[str],
+    waited_s: float,
+    queued_ahead: int,
+) -> Placement | None:
+    """The cost model's choice among this region's replicas (available or held
+    back), its available peers (none for a request forwarded here: one hop) and
+    waiting; None means wait in the queue."""
+    options = local.options(request, tried)
+    peers = [] if request.forwarded else remote.candidates(request.model, tried_peers)
+    choice = cost_model.choose(
+        request, options.available, options.held_back, peers,
+        waited_s=waited_s, queued_ahead=queued_ahead,
+    )  # fmt: skip
+    target = choice.target
+    if target is None or choice.option is Option.WAIT:
+        return None
+    if choice.option is Option.PEER:
+        return Placement(target, remote.lease(request, target), remote.link(target.target_id))
+    return Placement(target, local.lease(request, target))
 
 
 def nothing_available(model: str, local: LocalRouter, remote: RemoteRouter) -> bool:
@@ -296,7 +341,8 @@ def availability_report(
     queue_lengths: Mapping[str, int],
 ) -> Heartbeat:
     """This balancer's availability for peers (Algorithm 1, lines 9-10): available
-    replicas and queue length per model, with totals."""
+    replicas and queue length per model, with totals, and for models priced by a
+    cost model the seconds a request would queue here (``estimates``)."""
     healthy, available = local.counts()
     return Heartbeat(
         balancer=balancer,
@@ -309,4 +355,5 @@ def availability_report(
         queue=sum(queue_lengths.values()),
         models=local.available_by_model(),
         queues=dict(queue_lengths),
+        estimates={m: s for m, s in local.estimates().items() if math.isfinite(s)},
     )

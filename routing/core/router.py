@@ -37,13 +37,21 @@ from routing.core.availability import (
 from routing.core.engine_metrics import EngineLoad
 from routing.core.leases import InflightLedger, Lease
 from routing.core.lora import lora_affinity
-from routing.core.policy import Policy
+from routing.core.policy import CostModel, Policy
 from routing.core.topology import ModelSpec, ReplicaSpec
 from routing.core.types import RequestDescriptor, TargetState
 
 PolicyBuilder = Callable[[str, Mapping[str, Any]], Policy]
 Clock = Callable[[], float]
 _DEFAULT_PUSHING = PushingConfig()
+
+
+@dataclass(frozen=True, slots=True)
+class Options:
+    """What a cost model chooses among locally (``LocalRouter.options``)."""
+
+    available: list[TargetState]
+    held_back: list[TargetState]
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +96,7 @@ class LocalRouter:
         self._marks: dict[str, ProbeMark] = {}
         self._policies: dict[str, tuple[ModelSpec, Policy]] = {}
         self._usage: dict[str, ReplicaUsage] = {}
+        self._cost_models: dict[str, CostModel] = {}
 
     @property
     def max_outstanding(self) -> int:
@@ -112,6 +121,12 @@ class LocalRouter:
         self._usage = {name: self._usage.get(name, ReplicaUsage()) for name in fresh}
         old_policies = self._policies
         self._policies = {name: self._policy_for(spec) for name, spec in models.items()}
+        # Checked once here: a runtime Protocol check is too slow for every decision.
+        self._cost_models = {
+            name: policy
+            for name, (_, policy) in self._policies.items()
+            if isinstance(policy, CostModel)
+        }
         after = self._ids_by_model()
         for model, (_, policy) in self._policies.items():
             rebuilt = old_policies.get(model, (None, None))[1] is not policy
@@ -167,7 +182,9 @@ class LocalRouter:
     def is_available(self, target: TargetState, now: float | None = None) -> bool:
         mark = self._marks.get(target.target_id) or ProbeMark()
         at = self.clock() if now is None else now
-        return is_available(target, mark, self.pushing(target.model), self.limits, at)
+        cost_model = self._cost_models.get(target.model)
+        admits = cost_model.admits if cost_model is not None else None
+        return is_available(target, mark, self.pushing(target.model), self.limits, at, admits)
 
     def select(
         self, request: RequestDescriptor, exclude: AbstractSet[str] = frozenset()
@@ -184,6 +201,46 @@ class LocalRouter:
         preferred = lora_affinity(available, request.lora)
         target = entry[1].select(request, preferred) if entry and preferred else None
         return Selection(target, len(healthy), len(available))
+
+    def options(
+        self, request: RequestDescriptor, exclude: AbstractSet[str] = frozenset()
+    ) -> Options:
+        """Healthy replicas of the request's model not yet tried, split into those
+        available now (narrowed by LoRA affinity) and those held back."""
+        now = self.clock()
+        available: list[TargetState] = []
+        held_back: list[TargetState] = []
+        for t in self.targets():
+            if t.model != request.model or not t.healthy or t.target_id in exclude:
+                continue
+            (available if self.is_available(t, now) else held_back).append(t)
+        return Options(lora_affinity(available, request.lora), held_back)
+
+    def observe_first_token(self, request: RequestDescriptor, name: str, ttft_s: float) -> None:
+        """The balancer saw ``request``'s first token from replica ``name``."""
+        cost_model = self._cost_models.get(request.model)
+        if cost_model is not None:
+            cost_model.observe_first_token(request, name, ttft_s)
+
+    def observe_finish(
+        self, request: RequestDescriptor, name: str, decode_s: float, output_tokens: int
+    ) -> None:
+        """``request`` ended on ``name`` with ``output_tokens`` after its first token."""
+        cost_model = self._cost_models.get(request.model)
+        if cost_model is not None:
+            cost_model.observe_finish(request, name, decode_s, output_tokens)
+
+    def estimates(self) -> dict[str, float]:
+        """Per model priced by a cost model: seconds a new request would queue here."""
+        out: dict[str, float] = {}
+        for model, cost_model in self._cost_models.items():
+            mine = [t for t in self._targets.values() if t.model == model]
+            out[model] = cost_model.region_estimate(mine)
+        return out
+
+    def cost_model(self, model: str) -> CostModel | None:
+        """The model's policy when it prices options itself (``place`` asks it)."""
+        return self._cost_models.get(model)
 
     def any_available(self, model: str) -> bool:
         now = self.clock()

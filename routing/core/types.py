@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from routing.core.engine_metrics import LoraInfo
+from routing.core.length_predictor import RequestFeatures
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,6 +21,11 @@ class RequestDescriptor:
     max_tokens: int | None = None
     lora: str | None = None
     forwarded: bool = False
+    # Cues for the response-length predictor (routing.core.length_predictor), and its
+    # prediction (PreServe §4.2): set by the dispatch core's LoadForecast on arrival.
+    # None: the cost model falls back to max_tokens and what replicas have produced.
+    features: RequestFeatures | None = None
+    predicted_output_tokens: int | None = None
 
 
 @dataclass(slots=True)

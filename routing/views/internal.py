@@ -140,6 +140,7 @@ async def internal_state(request: HttpRequest) -> HttpResponseBase:
 def balancer_state(rt: BalancerRuntime) -> dict[str, Any]:
     """This balancer's view (console, control plane, drills, tests)."""
     snapshot = rt.snapshot
+    rt.core.forecast.tick(rt.loop.time())  # the look-ahead maps as of now
     return {
         "balancer": rt.config.balancer,
         "region": snapshot.region if snapshot else None,
@@ -163,6 +164,8 @@ def balancer_state(rt: BalancerRuntime) -> dict[str, Any]:
         "dead_loops": dict(rt.dead_loops),
         "faults": _faults_view(rt),
         "kv_events": rt.kv.view(),
+        "length_predictor": rt.core.forecast.predictor.name,
+        "lookahead_iterations": rt.core.forecast.config.anticipator.horizon,
     }
 
 
@@ -225,6 +228,26 @@ def _replica_row(rt: BalancerRuntime, name: str) -> dict[str, Any]:
         "completion_tokens": usage.completion_tokens,
         "cached_token_ratio": usage.cached_ratio,
         **_cache_health(rt, name),
+        "forecast": _forecast_view(rt, name),
+    }
+
+
+def _forecast_view(rt: BalancerRuntime, name: str) -> dict[str, Any]:
+    """The replica's look-ahead map (PreServe §4.3.1) and its predictions' record."""
+    found = rt.core.forecast.replica(name)
+    if found is None:
+        return {"running": 0, "kv_tokens": 0, "peak_kv_tokens": 0, "lookahead": []}
+    tally = found.tally
+    return {
+        "running": found.running,
+        "kv_tokens": found.kv_tokens,
+        "peak_kv_tokens": found.peak_kv_tokens,
+        "mean_kv_tokens": round(found.mean_kv_tokens, 1),
+        "lookahead": list(found.lookahead),
+        "seconds_per_iteration": round(found.seconds_per_iteration, 5),
+        "predicted_requests": tally.completed,
+        "mean_absolute_error": round(tally.mean_absolute_error, 1),
+        "overran": tally.overran,
     }
 
 

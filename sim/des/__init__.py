@@ -19,9 +19,13 @@ replacing only I/O and clocks:
   time shifts, traces dealt across regions);
 * ``world``: builds a deployment (regional, region-local or single balancer)
   and runs it: ``simulate(config)``;
-* ``metrics``: ``summarize(run)``: throughput, TTFT/e2e percentiles, KV hit
-  rate, outstanding variance, share forwarded, queue waits;
-* ``report``: the console table and the self-contained plotly HTML report;
+* ``metrics``: ``summarize(run)``: goodput and SLO attainment over all requests
+  (rejections and drops are misses), throughput, TTFT/e2e percentiles, KV hit
+  rate and its oracle bounds, outstanding variance, share forwarded, queue waits;
+* ``oracle``: the hit-rate bounds (one infinite cache; the fleet's KV pooled as
+  one LRU cache), pure functions over the requests' block keys;
+* ``report``: the console table (ranked by goodput) and the plotly HTML report,
+  which loads plotly.js from beside it;
 * ``saved_reports``: where reports are saved and ``list_reports()`` over
   ``VAR_DIR/simulations/`` (no plotly, for the console's pages);
 * ``experiments``: SkyLB §5's Figures 8, 9 and 10 as ready-made sweeps.

@@ -22,19 +22,32 @@ this module has no copy of them.  It keeps the clock and the transport:
   as in production), plus ``probe_soon`` with one probe in flight per replica;
 * ``routing.peers.AvailabilityPoller``: polls every peer's heartbeat every
   ``availability_interval_s``; a report is built at the peer when the poll
-  arrives and recorded one way later (staleness = half an RTT at least).
+  arrives and recorded one way later (staleness = half an RTT at least);
+* ``routing.kv_events``, for a ``cache_map`` service: each replica's KV events
+  (published after every engine step) arrive one way later, wait in the queue
+  for the next ``kv_events_batch_s`` tick and are applied to the policy's cache
+  map by ``routing.core.event_keys.apply_events``, keyed as a ``token_ids``
+  balancer keys them (``RebuiltKeys``, Meridian's own chain): the cache map
+  follows the engines as in production, instead of living on speculation.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable, Mapping
-from typing import Protocol
+from typing import Any, Protocol
 
+from routing.core.blocks import DEFAULT_SEED
 from routing.core.dispatch import Decision, DispatchCore, Failure, Refuse, Send, Ticket, Wait
 from routing.core.engine_metrics import EngineLoad
+from routing.core.event_keys import RebuiltKeys, apply_events
+from routing.core.kv_events import CacheEvent
+from routing.core.load_forecast import LoadForecast
 from routing.core.peers import Heartbeat
 from routing.core.pending_queue import RegionalQueues
+from routing.core.policies.cache_map import CacheMapPolicy
+from routing.core.policy import Policy
 from routing.core.registry import build_policy, remote_policy_name
 from routing.core.remote import Placement, RemoteRouter, availability_report
 from routing.core.router import LocalRouter
@@ -85,11 +98,18 @@ def _failed_before_first_byte(status: int) -> bool:
 
 
 class SimBalancer:
-    def __init__(self, name: str, region: str, net: Network, timing: TimingConfig) -> None:
+    def __init__(
+        self,
+        name: str,
+        region: str,
+        net: Network,
+        timing: TimingConfig,
+        forecast: LoadForecast | None = None,
+    ) -> None:
         self.name, self.region, self.net, self.timing = name, region, net, timing
         self.loop = net.loop
         self.router = LocalRouter(
-            build_policy,
+            self._build_policy,
             max_outstanding=timing.max_outstanding,
             probe_stale_s=timing.probe_stale_s,
             clock=self.loop.clock,
@@ -109,6 +129,7 @@ class SimBalancer:
             max_attempts=timing.max_attempts,
             retry_after_s=timing.retry_after_s,
             probe_min_gap_s=timing.probe_min_gap_s,
+            forecast=forecast,
         )
         self.router.on_change = self.remote.on_change = self.wake
         self.peers: tuple[PeerSpec, ...] = ()
@@ -116,6 +137,16 @@ class SimBalancer:
         self._replica_regions: dict[str, str] = {}
         self._scheduled = False
         self._probing: set[str] = set()
+        self._kv_keys: dict[str, RebuiltKeys] = {}
+        self.kv_events_applied = 0
+
+    def _build_policy(self, name: str, params: Mapping[str, Any] | None = None) -> Policy:
+        """``registry.build_policy``, with a cache map's clock on virtual time: its
+        speculative entries must expire after ``speculative_ttl_s`` *simulated* seconds."""
+        policy = build_policy(name, params)
+        if isinstance(policy, CacheMapPolicy):
+            return CacheMapPolicy(policy.config, clock=self.loop.clock)
+        return policy
 
     # -- topology and background loops -----------------------------------------------
 
@@ -204,12 +235,18 @@ class SimBalancer:
             self._to_replica(send.ticket, send.placement)
 
     def _to_replica(self, ticket: Ticket[SimCall], placement: Placement) -> None:
-        call, name = ticket.handle, placement.label
+        name = placement.label
         one_way = self.net.one_way_s(self.region, self._replica_regions[name])
+        first_at: list[float] = []  # when the first token left the replica
+
+        def on_first() -> None:
+            first_at.append(self.loop.now)
+            self.loop.call_later(one_way, self._first_token, ticket)
+
         generation = Generation(
-            on_first=lambda: self.loop.call_later(one_way, call.on_first),
+            on_first=on_first,
             on_done=lambda out, tokens: self.loop.call_later(
-                one_way, self._replica_done, ticket, name, out, tokens
+                one_way, self._replica_done, ticket, name, out, tokens, first_at
             ),
         )
         self.loop.call_later(one_way, self._arrive_at_replica, ticket, name, generation)
@@ -230,10 +267,28 @@ class SimBalancer:
             return
         call.journey.replica, call.journey.served_region = replica.name, replica.region
 
+    def _first_token(self, ticket: Ticket[SimCall]) -> None:
+        self.core.first_token(ticket, self.loop.now)
+        ticket.handle.on_first()
+
     def _replica_done(
-        self, ticket: Ticket[SimCall], name: str, out: RequestOutput, tokens: list[int]
+        self,
+        ticket: Ticket[SimCall],
+        name: str,
+        out: RequestOutput,
+        tokens: list[int],
+        first_at: list[float],
     ) -> None:
-        self.core.finished(ticket, ok=True)
+        # As routing.dispatch settles: usage trains the predictor, the first token to
+        # the last (one way later at both ends) teaches the replica's iteration time.
+        decode_s = self.loop.now - first_at[0] if first_at else None
+        self.core.finished(
+            ticket,
+            ok=True,
+            now=self.loop.now,
+            output_tokens=out.completion_tokens,
+            decode_seconds=decode_s,
+        )
         self.router.record_usage(name, out.prompt_tokens, out.cached_tokens, out.completion_tokens)
         ticket.handle.on_done(
             CallResult(
@@ -272,6 +327,28 @@ class SimBalancer:
         # The peer refused before its first byte: the core tries another target.
         failure = Failure(result.error, result.status, capacity=result.status == 429)
         self._carry_out(self.core.failed(ticket, failure, self.loop.now))
+
+    # -- KV events (routing.kv_events) -------------------------------------------------
+
+    def cache_map_policy(self, model: str) -> CacheMapPolicy | None:
+        policy = self.router.policy(model)
+        return policy if isinstance(policy, CacheMapPolicy) else None
+
+    def kv_events_arrive(self, replica: str, model: str, events: tuple[CacheEvent, ...]) -> None:
+        """A replica's step published ``events``: they travel one way, then wait for
+        the consumer's next batch tick (``MERIDIAN_KV_EVENTS_BATCH_S``)."""
+        one_way = self.net.one_way_s(self._replica_regions[replica], self.region)
+        tick = self.timing.kv_events_batch_s
+        arrives = self.loop.now + one_way
+        applied_at = math.ceil(arrives / tick) * tick
+        self.loop.call_at(applied_at, self._apply_kv_events, replica, model, events)
+
+    def _apply_kv_events(self, replica: str, model: str, events: tuple[CacheEvent, ...]) -> None:
+        policy = self.cache_map_policy(model)
+        if policy is None:
+            return
+        keys = self._kv_keys.setdefault(replica, RebuiltKeys(DEFAULT_SEED))
+        self.kv_events_applied += apply_events(policy.cache_map, replica, events, keys).events
 
     # -- probes (routing.prober) and peer polls (routing.peers) ----------------------
 

@@ -20,7 +20,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-from routing.core.blocks import block_hashes
+from routing.core.blocks import BLOCK_SIZE, block_hashes
+from routing.core.length_predictor import RequestFeatures, last_user_text, word_cues
 from routing.core.tokenizer import Tokenizer, render_chat
 from routing.core.types import RequestDescriptor
 from sim.des.calls import CallResult, Journey, SimCall
@@ -47,6 +48,10 @@ class RequestRecord:
     cached_tokens: int = 0
     completion_tokens: int = 0
     journey: Journey = field(default_factory=Journey)
+    # The oracle bounds' view (sim.des.oracle): the prompt's block keys, and the
+    # blocks its reply completed (continuing the chain), as the engine caches them.
+    prompt_keys: tuple[int, ...] = ()
+    reply_keys: tuple[int, ...] = ()
 
     @property
     def ttft(self) -> float | None:
@@ -82,6 +87,9 @@ class ClientContext:
     hash_seed: str
     budget: Budget
     records: list[RequestRecord]
+    # The engine's true output length for (prompt ids, max_tokens, ignore_eos): set
+    # only for the oracle predictor, which reads it from the request's features.
+    oracle: Callable[[list[int], int, bool], int] | None = None
 
 
 class RegionClients:
@@ -148,13 +156,15 @@ class RegionClients:
             f"{self.region}-{self._ids}", self.region, self.loop.now, len(tokens)
         )
         ctx.records.append(record)
+        record.prompt_keys = tuple(block_hashes(tokens, seed=ctx.hash_seed))
         descriptor = RequestDescriptor(
             request_id=record.request_id,
             model=MODEL,
             prompt_tokens=len(tokens),
-            block_hashes=tuple(block_hashes(tokens, seed=ctx.hash_seed)),
+            block_hashes=record.prompt_keys,
             session_key=request.session_key,
             max_tokens=request.max_tokens,
+            features=self._features(request, text, tokens),
         )
         call = SimCall(
             descriptor,
@@ -164,18 +174,42 @@ class RegionClients:
             record.journey,
             on_first=lambda: self.loop.call_later(self.one_way_s, self._first, record),
             on_done=lambda result: self.loop.call_later(
-                self.one_way_s, self._done, record, result, on_done
+                self.one_way_s, self._done, record, result, on_done, tokens
             ),
         )
         self.loop.call_later(self.one_way_s, self.submit, call)
         return True
 
+    def _reply_keys(self, record: RequestRecord, prompt: list[int], reply: tuple[int, ...]) -> None:
+        """Key the blocks the reply completed: the prompt's partial last block plus the
+        reply, chained on from the prompt's last full block (as the engine hashes them)."""
+        full = len(record.prompt_keys) * BLOCK_SIZE
+        parent = record.prompt_keys[-1] if record.prompt_keys else None
+        tail = [*prompt[full:], *reply]
+        record.reply_keys = tuple(block_hashes(tail, seed=self.ctx.hash_seed, parent=parent))
+
+    def _features(self, request: Request, text: str, tokens: list[int]) -> RequestFeatures:
+        """What routing.core.openai_request.describe gives the predictor, plus the
+        truth for the oracle."""
+        if request.kind is ApiKind.CHAT:
+            cues = word_cues(last_user_text(request.messages))
+            endpoint = "chat"
+        else:
+            cues, endpoint = word_cues(text), "completions"
+        oracle = self.ctx.oracle
+        truth = oracle(tokens, request.max_tokens, request.ignore_eos) if oracle else None
+        return RequestFeatures(len(tokens), endpoint=endpoint, cues=cues, oracle_output=truth)
+
     def _first(self, record: RequestRecord) -> None:
         if record.first_at is None:
             record.first_at = self.loop.now
 
-    def _done(self, record: RequestRecord, result: CallResult, on_done: Done) -> None:
+    def _done(
+        self, record: RequestRecord, result: CallResult, on_done: Done, prompt: list[int]
+    ) -> None:
         record.done_at, record.ok, record.status = self.loop.now, result.ok, result.status
+        if result.ok:
+            self._reply_keys(record, prompt, result.tokens)
         record.cached_tokens, record.completion_tokens = (
             result.cached_tokens,
             result.completion_tokens,

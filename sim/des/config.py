@@ -5,14 +5,15 @@ here (``MERIDIAN_PROBE_INTERVAL_S`` 0.25 s, ``MERIDIAN_AVAILABILITY_INTERVAL_S``
 0.3 s, ``MERIDIAN_AVAILABILITY_TTL_S`` 2 s, ``MERIDIAN_PROBE_STALE_S`` 2 s,
 ``MERIDIAN_PROBE_MIN_GAP_S`` 0.02 s, ``MERIDIAN_PEER_QUEUE_BUFFER`` τ = 1,
 ``MERIDIAN_REPLICA_MAX_OUTSTANDING`` 32, ``MERIDIAN_MAX_ATTEMPTS`` 3,
-``MERIDIAN_RETRY_AFTER_S`` 1), and the engine is ``sim.serve``'s default
-replica.  Inter-region RTTs default to the demo's (us↔eu 80 ms, us↔ap 150 ms,
-eu↔ap 200 ms).
+``MERIDIAN_RETRY_AFTER_S`` 1, ``MERIDIAN_KV_EVENTS_BATCH_S`` 0.1 s), and the
+engine is ``sim.serve``'s default replica.  Inter-region RTTs default to the
+demo's (us↔eu 80 ms, us↔ap 150 ms, eu↔ap 200 ms).
 
 Deployments (SkyLB §5.1):
 
 * ``regional``: one balancer per region owning that region's replicas, peers
-  forward to each other (Algorithm 1's two layers): SkyLB and SkyLB-CH;
+  forward to each other (Algorithm 1's two layers): SkyLB, SkyLB-CH and
+  Meridian's cost model;
 * ``local``: one balancer per region, no forwarding (Figure 10's region-local);
 * ``single``: one balancer in ``single_region`` owning every replica; clients
   elsewhere pay the RTT to it, and it pays the RTT to remote replicas: the
@@ -26,6 +27,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from routing.core.predictors import SIM_PREDICTORS
 from sim.engine import EngineConfig
 
 MODEL = "meridian-demo"
@@ -38,7 +40,9 @@ POLICY_ALIASES = {
     "ch": "consistent_hash",
 }
 # Policies SkyLB deploys per region; the rest are single-balancer baselines (§5.1).
-REGIONAL_POLICIES = frozenset({"skylb", "skylb_ch"})
+REGIONAL_POLICIES = frozenset({"skylb", "skylb_ch", "meridian"})
+# Policies that price queued work and admit by it (``tokens`` pushing).
+TOKEN_POLICIES = frozenset({"meridian"})
 DEPLOYMENTS = ("auto", "regional", "local", "single")
 
 DEMO_RTT_MS = {
@@ -104,6 +108,8 @@ class TimingConfig:
     probe_rtt_s: float = 0.002
     # One-way latency between a client or replica and a balancer in the same region.
     local_one_way_s: float = 0.0005
+    # MERIDIAN_KV_EVENTS_BATCH_S: queued KV events reach the cache map on this tick.
+    kv_events_batch_s: float = 0.1
 
 
 @dataclass(frozen=True)
@@ -134,8 +140,15 @@ class SimConfig:
     engine: EngineConfig = field(default_factory=EngineConfig)
     timing: TimingConfig = field(default_factory=TimingConfig)
     sample_interval_s: float = 1.0
+    # The balancers' response-length predictor (routing.core.predictors): none, oracle
+    # (the engine's true length), session-mean or learned.  "none" by default: the
+    # learned one costs wall time on long runs and no stock policy reads it.
+    length_predictor: str = "none"
 
     def __post_init__(self) -> None:
+        if self.length_predictor not in SIM_PREDICTORS:
+            choices = ", ".join(SIM_PREDICTORS)
+            raise SimConfigError(f"--length-predictor must be one of {choices}")
         if self.deployment not in DEPLOYMENTS:
             raise SimConfigError(f"--deployment must be one of {', '.join(DEPLOYMENTS)}")
         if not self.replicas or any(n < 0 for n in self.replicas.values()):
@@ -167,9 +180,12 @@ class SimConfig:
 
     @property
     def effective_pushing(self) -> str:
-        """SkyLB pushes selectively (SP-P); the paper's baselines push blindly (§5.1)."""
+        """SkyLB pushes selectively (SP-P); the paper's baselines push blindly (§5.1);
+        Meridian's cost model admits by queued prefill tokens."""
         if self.pushing != "auto":
             return self.pushing
+        if self.policy in TOKEN_POLICIES:
+            return "tokens"
         return "sp-p" if self.policy in REGIONAL_POLICIES else "blind"
 
     @property

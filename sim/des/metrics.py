@@ -11,7 +11,17 @@
   show load imbalance);
 * share forwarded: requests served through a peer balancer;
 * queue waits: time spent in balancers' regional queues (SP-P holds requests
-  there instead of on replicas, §3.3).
+  there instead of on replicas, §3.3);
+* honest headline numbers over *all* issued requests, because percentiles over
+  successes flatter a policy that drops: ``rejected`` (400s: the engine refused
+  the request, e.g. a context longer than ``max_model_len``), ``dropped``
+  (every other failure, a 503 after a queue timeout, or still unfinished when
+  the run ended), SLO attainment (the share of issued requests answered with a
+  TTFT within ``ttft_slo_s``) and goodput (those requests per second).  A
+  rejection or a drop is always a miss;
+* oracle bounds on the hit rate (``sim.des.oracle``): one infinite cache, and
+  the fleet's real capacity pooled as if placement were free, with the policy's
+  hit rate as a share of the latter (``hit_of_bound``).
 
 Every issued request is accounted for: ``ok + failed + unfinished == issued``.
 """
@@ -25,7 +35,12 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from sim.des.oracle import Bounds, CacheUse, hit_rate_bounds, max_hit_blocks, share_of_bound
 from sim.des.world import SimRun
+
+# A chat user's patience for the first token; docs/simulator.md explains the choice.
+DEFAULT_TTFT_SLO_S = 2.0
+STATUS_REJECTED = 400
 
 
 def percentile(values: Sequence[float], fraction: float) -> float | None:
@@ -56,6 +71,14 @@ class Summary:
     forwarded_share: float
     queue_wait: dict[str, float | None]
     per_region: dict[str, dict[str, Any]] = field(default_factory=dict)
+    rejected: int = 0
+    dropped: int = 0
+    ttft_slo_s: float = DEFAULT_TTFT_SLO_S
+    slo_attainment: float = 0.0
+    goodput_rps: float = 0.0
+    bound_infinite: float = 0.0
+    bound_hit_rate: float = 0.0
+    hit_of_bound: float | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -65,7 +88,7 @@ def _pcts(values: list[float]) -> dict[str, float | None]:
     return {f"p{q}": percentile(values, q / 100) for q in (50, 90, 99)}
 
 
-def summarize(run: SimRun, label: str = "") -> Summary:
+def summarize(run: SimRun, label: str = "", ttft_slo_s: float = DEFAULT_TTFT_SLO_S) -> Summary:
     records = run.records
     ok = [r for r in records if r.ok]
     unfinished = [r for r in records if r.done_at is None]
@@ -75,6 +98,10 @@ def summarize(run: SimRun, label: str = "") -> Summary:
     prompt = sum(r.prompt_tokens for r in ok)
     cached = sum(r.cached_tokens for r in ok)
     waits = [r.journey.queue_wait for r in records if r.done_at is not None]
+    rejected = sum(1 for r in records if r.done_at is not None and r.status == STATUS_REJECTED)
+    good = sum(1 for r in ok if r.ttft is not None and r.ttft <= ttft_slo_s)
+    bounds = _bounds(run, prompt)
+    hit_rate = cached / prompt if prompt else 0.0
     return Summary(
         label=label or run.config.policy,
         issued=len(records),
@@ -89,11 +116,39 @@ def summarize(run: SimRun, label: str = "") -> Summary:
         e2e=_pcts([r.e2e for r in ok if r.e2e is not None]),
         prompt_tokens=prompt,
         cached_tokens=cached,
-        hit_rate=cached / prompt if prompt else 0.0,
+        hit_rate=hit_rate,
         outstanding_variance=_variance(run),
         forwarded_share=sum(r.journey.forwarded for r in ok) / len(ok) if ok else 0.0,
         queue_wait={**_pcts(waits), "mean": statistics.fmean(waits) if waits else None},
         per_region=_per_region(run),
+        rejected=rejected,
+        dropped=len(records) - len(ok) - rejected,
+        ttft_slo_s=ttft_slo_s,
+        slo_attainment=good / len(records) if records else 0.0,
+        goodput_rps=good / makespan,
+        bound_infinite=bounds.infinite,
+        bound_hit_rate=bounds.pooled,
+        hit_of_bound=share_of_bound(hit_rate, bounds.pooled),
+    )
+
+
+def _bounds(run: SimRun, prompt_tokens: int) -> Bounds:
+    """The oracle bounds over this run's own requests and its fleet's KV capacity."""
+    engine = run.config.engine
+    uses = [
+        CacheUse(
+            r.sent_at,
+            r.done_at,
+            r.prompt_keys,
+            r.reply_keys,
+            max_hit_blocks(r.prompt_tokens, engine.block_size),
+        )
+        for r in run.records
+        if r.ok
+    ]
+    capacity = engine.num_blocks * sum(run.config.replicas.values())
+    return hit_rate_bounds(
+        uses, prompt_tokens, block_size=engine.block_size, capacity_blocks=capacity
     )
 
 

@@ -22,11 +22,12 @@ from sim.des.config import (
     parse_counts,
     parse_rtts,
 )
-from sim.des.metrics import Summary, summarize
-from sim.des.world import SimRun, simulate
-from sim.engine import EngineConfig, get_profile
+from sim.des.metrics import DEFAULT_TTFT_SLO_S, Summary, summarize
+from sim.des.world import SimRun, SliceHook, simulate
+from sim.engine import EngineConfig
 
-PUSHING_CHOICES = ("auto", "sp-p", "sp-o", "blind")
+PUSHING_CHOICES = ("auto", "sp-p", "sp-o", "blind", "tokens")
+DEFAULT_PROFILE = "l4-llama3.1-8b"
 
 
 @dataclass(frozen=True)
@@ -72,10 +73,9 @@ def base_config(options: Mapping[str, Any]) -> SimConfig:
     """The shared ``SimConfig`` of a plan (policy and pushing are set per run)."""
     replicas = parse_counts(options["replicas"], "replicas")
     regions = list(replicas)
-    get_profile(options["profile"])  # a clear error for an unknown profile
     # The engine's own seed stays sim.serve's default (0), as in the experiment presets
     # and the live fleet: --seed varies the workload, not the modeled output lengths.
-    engine = EngineConfig(profile=options["profile"])
+    engine = engine_config(options)
     timing = dataclasses.replace(TimingConfig(), max_outstanding=options["max_outstanding"])
     extra: dict[str, Any] = {}
     if options.get("rtt"):
@@ -96,8 +96,41 @@ def base_config(options: Mapping[str, Any]) -> SimConfig:
         speed=options["speed"],
         engine=engine,
         timing=timing,
+        length_predictor=options.get("length_predictor") or "none",
         **extra,
     )
+
+
+def engine_config(options: Mapping[str, Any]) -> EngineConfig:
+    """The replicas' engine: ``--profile``'s shape, with ``--kv-tokens``/``--kv-blocks``
+    and ``--max-model-len`` overriding it."""
+    try:
+        return EngineConfig.for_profile(
+            options.get("profile") or DEFAULT_PROFILE,
+            kv_tokens=options.get("kv_tokens"),
+            kv_blocks=options.get("kv_blocks"),
+            max_model_len=options.get("max_model_len"),
+        )
+    except ValueError as exc:
+        raise SimConfigError(str(exc)) from None
+
+
+def engine_overridden(options: Mapping[str, Any]) -> bool:
+    """Whether the options name an engine other than the default one."""
+    keys = ("kv_tokens", "kv_blocks", "max_model_len")
+    named = options.get("profile") not in (None, DEFAULT_PROFILE)
+    return named or any(options.get(key) is not None for key in keys)
+
+
+def with_engine(plan: RunPlan, engine: EngineConfig) -> RunPlan:
+    """``plan`` with every run on ``engine`` (an experiment in another engine regime)."""
+    runs = [(label, dataclasses.replace(config, engine=engine)) for label, config in plan.runs]
+    return RunPlan(f"{plan.title} [{describe_engine(engine)}]", runs)
+
+
+def describe_engine(engine: EngineConfig) -> str:
+    kv = engine.num_blocks * engine.block_size
+    return f"{engine.profile}, KV {kv:,} tokens, context {engine.max_model_len:,}"
 
 
 def build_plan(options: Mapping[str, Any]) -> RunPlan:
@@ -114,7 +147,10 @@ def build_plan(options: Mapping[str, Any]) -> RunPlan:
             label = name if len(pushings) == 1 else f"{name} {config.effective_pushing}"
             runs.append((label, config))
     replicas = ",".join(f"{r}={n}" for r, n in base.replicas.items())
-    return RunPlan(f"{base.workload} on {replicas}", runs)
+    title = f"{base.workload} on {replicas}"
+    if engine_overridden(options):
+        title += f" [{describe_engine(base.engine)}]"
+    return RunPlan(title, runs)
 
 
 def execute(
@@ -122,12 +158,16 @@ def execute(
     progress: Callable[[str, SimRun, Summary], None] | None = None,
     *,
     trace_memory: bool = False,
+    ttft_slo_s: float = DEFAULT_TTFT_SLO_S,
+    watch: Callable[[str, SimConfig], SliceHook] | None = None,
 ) -> list[Summary]:
-    """Run every run of ``plan`` in order; ``progress`` hears about each as it ends."""
+    """Run every run of ``plan`` in order; ``progress`` hears about each as it ends,
+    and ``watch(label, config)`` gives each run a hook for its progress while it runs."""
     summaries = []
     for label, config in plan.runs:
-        run = simulate(config, trace_memory=trace_memory)
-        summary = summarize(run, label)
+        on_slice = watch(label, config) if watch is not None else None
+        run = simulate(config, trace_memory=trace_memory, on_slice=on_slice)
+        summary = summarize(run, label, ttft_slo_s)
         summaries.append(summary)
         if progress is not None:
             progress(label, run, summary)

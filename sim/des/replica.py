@@ -5,7 +5,9 @@ duration (times ``time_scale``) and then hands out the step's tokens; here the
 sleep is a scheduled event, so the same engine object batches, caches prefixes,
 evicts and preempts exactly as it does behind HTTP.  A request submitted while a
 step runs joins the engine's waiting queue and is scheduled in the next step,
-as with the driver.  The replica's answers follow vLLM's usage semantics
+as with the driver.  After each step the engine's KV events go to whoever
+subscribed (balancers whose policy keeps a cache map), in vLLM's wire shape
+through the balancer's own decoder.  The replica's answers follow vLLM's usage semantics
 (``prompt_tokens``, ``completion_tokens``, ``cached_tokens``) because they are
 the engine's own ``RequestOutput`` fields.
 """
@@ -16,8 +18,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from routing.core.engine_metrics import EngineLoad
+from routing.core.kv_events import CacheEvent, decode_event
 from sim.des.loop import EventLoop
 from sim.engine import Engine, EngineRequest, RequestOutput, StepResult
+
+KVSubscriber = Callable[[tuple[CacheEvent, ...]], None]
 
 
 @dataclass(slots=True)
@@ -41,6 +46,11 @@ class SimReplica:
         self.steps = 0
         self._stepping = False
         self._live: dict[str, Generation] = {}
+        self._kv_subscribers: list[KVSubscriber] = []
+
+    def subscribe_kv_events(self, subscriber: KVSubscriber) -> None:
+        """Hear this replica's KV events after every step, as a ZMQ subscriber would."""
+        self._kv_subscribers.append(subscriber)
 
     @property
     def outstanding(self) -> int:
@@ -75,7 +85,19 @@ class SimReplica:
         # Tokens exist only once the forward pass is over: deliver after the step.
         self.loop.call_later(result.duration_s * self.time_scale, self._deliver, result)
 
+    def _publish_kv_events(self) -> None:
+        """vLLM publishes one message per step: its events on the wire, decoded by the
+        balancer's own decoder (``routing.core.kv_events.decode_event``)."""
+        raw = self.engine.events.drain()
+        if not raw or not self._kv_subscribers:
+            return
+        decoded = (decode_event(event.as_wire()) for event in raw)
+        events = tuple(event for event in decoded if event is not None)
+        for subscriber in self._kv_subscribers:
+            subscriber(events)
+
     def _deliver(self, result: StepResult) -> None:
+        self._publish_kv_events()
         for output in result.outputs:
             generation = self._live.get(output.request_id)
             if generation is None:

@@ -1,28 +1,39 @@
-"""Show simulation results: a text table and a self-contained plotly HTML report.
+"""Show simulation results: a text table and a plotly HTML report.
 
-The HTML embeds plotly.js from the installed ``plotly`` package (no CDN), so a
-report opens offline and stays readable after an upgrade.  Each report is saved
-under ``<VAR_DIR>/simulations/`` with a JSON sidecar holding the run's options
-and summaries (``sim.des.saved_reports``, which lists them for the console).
+The HTML references plotly.js as ``plotly.min.js`` next to it instead of
+inlining it (4.8 MB per report): ``save_report`` copies the installed
+``plotly`` package's own bundle into the reports folder once, so a report opens
+offline straight from disk, and the console serves the same bundle beside the
+reports it lists.  No CDN either way.  Each report is saved under
+``<VAR_DIR>/simulations/`` with a JSON sidecar holding the run's options and
+summaries (``sim.des.saved_reports``, which lists them for the console).
 """
 
 from __future__ import annotations
 
 import html
 import json
+import shutil
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import plotly
 import plotly.graph_objects as go
 import plotly.io as pio
 
 from sim.des.metrics import Summary
-from sim.des.saved_reports import new_report_path, write_report
+from sim.des.saved_reports import PLOTLY_JS, new_report_path, write_report
+
+PLOTLY_SOURCE = Path(plotly.__file__).resolve().parent / "package_data" / PLOTLY_JS
 
 COLUMNS = (
     ("policy", 16),
     ("ok", 6),
+    ("rej", 5),
+    ("drop", 5),
+    ("goodput", 8),
+    ("SLO %", 6),
     ("req/s", 7),
     ("TTFT p50", 9),
     ("p90", 7),
@@ -31,6 +42,9 @@ COLUMNS = (
     ("p90", 7),
     ("p99", 7),
     ("hit %", 6),
+    ("hit/bound", 9),
+    ("bound %", 8),
+    ("inf %", 6),
     ("out var", 8),
     ("fwd %", 6),
     ("qwait p50", 10),
@@ -42,17 +56,34 @@ def _s(value: float | None) -> str:
     return "-" if value is None else f"{value:.3f}"
 
 
+def ranked(summaries: Sequence[Summary]) -> list[Summary]:
+    """Best goodput first (ties keep the run order): what meets the SLO is what counts."""
+    return sorted(summaries, key=lambda s: -s.goodput_rps)
+
+
+def _share(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
 def table_rows(summaries: Sequence[Summary]) -> list[list[str]]:
+    """One row per run, ranked by goodput."""
     rows = []
-    for s in summaries:
+    for s in ranked(summaries):
         rows.append(
             [
                 s.label,
                 str(s.ok),
+                str(s.rejected),
+                str(s.dropped),
+                f"{s.goodput_rps:.2f}",
+                f"{100 * s.slo_attainment:.1f}",
                 f"{s.throughput_rps:.2f}",
                 *(_s(s.ttft[p]) for p in ("p50", "p90", "p99")),
                 *(_s(s.e2e[p]) for p in ("p50", "p90", "p99")),
                 f"{100 * s.hit_rate:.1f}",
+                _share(s.hit_of_bound),
+                f"{100 * s.bound_hit_rate:.1f}",
+                f"{100 * s.bound_infinite:.1f}",
                 f"{s.outstanding_variance:.2f}",
                 f"{100 * s.forwarded_share:.1f}",
                 _s(s.queue_wait["p50"]),
@@ -71,19 +102,38 @@ def format_table(summaries: Sequence[Summary]) -> str:
     failed = [s for s in summaries if s.failed or s.unfinished]
     for s in failed:
         lines.append(f"{s.label}: {s.failed} failed {s.errors}, {s.unfinished} unfinished")
+    if summaries:
+        lines.append(LEGEND.format(slo=summaries[0].ttft_slo_s))
     return "\n".join(lines)
 
 
+LEGEND = (
+    "ranked by goodput: requests/s answered with TTFT <= {slo:g} s; SLO % and goodput count "
+    "every rejection (rej: 400) and drop (timeouts, 5xx, unfinished) as a miss; percentiles "
+    "are over successes. hit/bound: hit rate over the fleet's KV pooled as one LRU cache "
+    "(bound %); inf %: one infinite cache."
+)
+
+
 def _figures(summaries: Sequence[Summary]) -> list[go.Figure]:
+    summaries = ranked(summaries)
     labels = [s.label for s in summaries]
-    figs = [
-        go.Figure(go.Bar(x=labels, y=[s.throughput_rps for s in summaries])).update_layout(
-            title="Throughput (requests/s)"
-        ),
-        go.Figure(go.Bar(x=labels, y=[100 * s.hit_rate for s in summaries])).update_layout(
-            title="KV cache hit rate (%)"
-        ),
-    ]
+    throughput = go.Figure()
+    throughput.add_bar(name="goodput", x=labels, y=[s.goodput_rps for s in summaries])
+    throughput.add_bar(name="throughput", x=labels, y=[s.throughput_rps for s in summaries])
+    throughput.update_layout(
+        title=f"Goodput (TTFT <= {summaries[0].ttft_slo_s:g} s) and throughput (requests/s)",
+        barmode="group",
+    )
+    hits = go.Figure()
+    for name, attr in (
+        ("hit rate", "hit_rate"),
+        ("bound: pooled LRU", "bound_hit_rate"),
+        ("one infinite cache", "bound_infinite"),
+    ):
+        hits.add_bar(name=name, x=labels, y=[100 * getattr(s, attr) for s in summaries])
+    hits.update_layout(title="KV cache hit rate and its oracle bounds (%)", barmode="group")
+    figs = [throughput, hits]
     for name, attr in (("TTFT", "ttft"), ("End-to-end latency", "e2e")):
         fig = go.Figure()
         for p in ("p50", "p90", "p99"):
@@ -99,11 +149,11 @@ def _figures(summaries: Sequence[Summary]) -> list[go.Figure]:
 
 
 def render_html(title: str, options: dict[str, Any], summaries: Sequence[Summary]) -> str:
-    """One self-contained page: options, the table, and the charts."""
-    parts = []
-    for index, fig in enumerate(_figures(summaries)):
+    """One page: options, the table, and the charts, loading ``plotly.min.js`` beside it."""
+    parts = [f"<script src='{PLOTLY_JS}'></script>"]
+    for fig in _figures(summaries) if summaries else []:
         fig.update_layout(height=360, margin={"t": 48, "b": 40})
-        parts.append(pio.to_html(fig, include_plotlyjs=index == 0, full_html=False))
+        parts.append(pio.to_html(fig, include_plotlyjs=False, full_html=False))
     head = "".join(f"<th>{html.escape(name)}</th>" for name, _ in COLUMNS)
     body = "".join(
         "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>"
@@ -116,8 +166,19 @@ def render_html(title: str, options: dict[str, Any], summaries: Sequence[Summary
         "<style>body{font-family:sans-serif;margin:1.5em}table{border-collapse:collapse}"
         "td,th{border:1px solid #ccc;padding:2px 6px;text-align:right}</style></head><body>"
         f"<h1>{html.escape(title)}</h1><pre>{opts}</pre>"
-        f"<table><tr>{head}</tr>{body}</table>{''.join(parts)}</body></html>"
+        f"<table><tr>{head}</tr>{body}</table>"
+        f"<p>{html.escape(LEGEND.format(slo=summaries[0].ttft_slo_s)) if summaries else ''}</p>"
+        f"{''.join(parts)}</body></html>"
     )
+
+
+def ensure_plotly_js(folder: Path) -> Path:
+    """The plotly bundle beside the reports: copied once, again after a plotly upgrade."""
+    target = folder / PLOTLY_JS
+    if not target.is_file() or target.stat().st_size != PLOTLY_SOURCE.stat().st_size:
+        folder.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(PLOTLY_SOURCE, target)
+    return target
 
 
 def save_report(
@@ -130,4 +191,5 @@ def save_report(
     """Write the HTML (to ``path`` or a fresh name under the reports dir) and its sidecar."""
     page = render_html(title, options, summaries)
     target = path if path is not None else new_report_path(var_dir, title)
+    ensure_plotly_js(target.parent)
     return write_report(target, page, title, options, [s.as_dict() for s in summaries])

@@ -17,6 +17,9 @@ from pathlib import Path
 from typing import Any
 
 REPORTS_SUBDIR = "simulations"
+# Reports load plotly.js from this file beside them (``sim.des.report``), and the
+# console serves the plotly package's copy under the same name beside the reports.
+PLOTLY_JS = "plotly.min.js"
 
 
 def reports_dir(var_dir: Path) -> Path:

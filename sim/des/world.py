@@ -3,7 +3,8 @@
 ``simulate(config)`` wires regions, replicas (``SimReplica`` around the real
 ``Engine``), balancers (``SimBalancer`` driving the real dispatch core) and clients,
 gives every balancer its topology the way ``routing.topology`` would (its own
-replicas; every other balancer as a peer with the region RTT), runs the event
+replicas; every other balancer as a peer with the region RTT), subscribes a
+``cache_map`` balancer to its replicas' KV events, runs the event
 loop until the clients' budget is spent and everything in flight has finished
 (or ``drain_s`` more virtual seconds passed), and returns the raw records for
 ``sim.des.metrics``.  Everything is seeded: the same config gives the same
@@ -13,12 +14,16 @@ result, event for event.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
 import tracemalloc
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from routing.core.availability import PUSHING_KEY, split_pushing_params
 from routing.core.blocks import DEFAULT_SEED
+from routing.core.load_forecast import LoadForecast
+from routing.core.predictors import build_predictor
 from routing.core.tokenizer import build_tokenizer
 from routing.core.topology import ModelSpec, PeerSpec, ReplicaSpec
 from sim.des.balancer import SimBalancer
@@ -27,7 +32,9 @@ from sim.des.config import MODEL, SimConfig, SimConfigError
 from sim.des.loop import EventLoop
 from sim.des.replica import SimReplica
 from sim.des.workloads import region_arrivals
-from sim.engine import Engine, Vocabulary
+from sim.engine import Engine, EngineConfig, Vocabulary
+
+SliceHook = Callable[[float, int], None]
 
 
 @dataclass
@@ -112,7 +119,10 @@ class World:
         deployment = cfg.effective_deployment
         homes = [cfg.home_region] if deployment == "single" else cfg.regions
         for region in homes:
-            self.balancers[f"{region}-lb"] = SimBalancer(f"{region}-lb", region, self, cfg.timing)
+            forecast = LoadForecast(build_predictor(cfg.length_predictor))
+            self.balancers[f"{region}-lb"] = SimBalancer(
+                f"{region}-lb", region, self, cfg.timing, forecast
+            )
         models = {MODEL: self.model_spec()}
         for lb in self.balancers.values():
             owned = [
@@ -131,6 +141,11 @@ class World:
                 if other is not lb and deployment == "regional"
             ]
             lb.adopt(owned, peers, models)
+            if lb.cache_map_policy(MODEL) is not None:
+                for spec in owned:
+                    self.replicas[spec.name].subscribe_kv_events(
+                        functools.partial(lb.kv_events_arrive, spec.name, MODEL)
+                    )
         for region in cfg.regions:
             self.entry[region] = (
                 self.balancers.get(f"{region}-lb") or self.balancers[f"{homes[0]}-lb"]
@@ -140,7 +155,7 @@ class World:
         samples.append((self.loop.now, tuple(r.outstanding for r in self.replicas.values())))
         self.loop.call_later(self.config.sample_interval_s, self._sample, samples)
 
-    def run(self, *, trace_memory: bool = False) -> SimRun:
+    def run(self, *, trace_memory: bool = False, on_slice: SliceHook | None = None) -> SimRun:
         cfg = self.config
         if trace_memory:
             tracemalloc.start()
@@ -149,7 +164,10 @@ class World:
         records: list[RequestRecord] = []
         # Clients key blocks as a balancer in token_ids mode would: with Meridian's
         # own chain, whatever hash the emulated engines use inside.
-        ctx = ClientContext(self.loop, self.tokenizer, self.vocab, DEFAULT_SEED, budget, records)
+        oracle = true_output(cfg.engine) if cfg.length_predictor == "oracle" else None
+        ctx = ClientContext(
+            self.loop, self.tokenizer, self.vocab, DEFAULT_SEED, budget, records, oracle
+        )
         for lb in self.balancers.values():
             lb.start()
         self.loop.run(until=cfg.warmup_s)
@@ -162,7 +180,7 @@ class World:
             regions.append(clients)
         samples: list[tuple[float, tuple[int, ...]]] = []
         self.loop.call_soon(self._sample, samples)
-        end = self._run_until_done(budget, regions)
+        end = self._run_until_done(budget, regions, on_slice)
         stats = RunStats(
             wall_s=time.perf_counter() - started,
             events=self.loop.events_run,
@@ -176,13 +194,17 @@ class World:
         finished = [r.done_at for r in records if r.done_at is not None]
         return SimRun(cfg, records, max(finished, default=end), samples, names, stats)
 
-    def _run_until_done(self, budget: Budget, regions: list[RegionClients]) -> float:
+    def _run_until_done(
+        self, budget: Budget, regions: list[RegionClients], on_slice: SliceHook | None
+    ) -> float:
         """Run in slices until every client is idle, or ``drain_s`` after the budget."""
         cfg = self.config
         slice_s = 1.0
         deadline: float | None = None
         while True:
             self.loop.run(until=self.loop.now + slice_s)
+            if on_slice is not None:
+                on_slice(self.loop.now - budget.start_s, budget.sent)
             if all(c.idle() for c in regions):
                 break
             if budget.spent(self.loop.now) and deadline is None:
@@ -192,10 +214,28 @@ class World:
         return self.loop.now
 
 
-def simulate(config: SimConfig, *, trace_memory: bool = False) -> SimRun:
-    """Run one simulation; deterministic for ``config`` (its ``seed`` included)."""
-    return World(config).run(trace_memory=trace_memory)
+def simulate(
+    config: SimConfig, *, trace_memory: bool = False, on_slice: SliceHook | None = None
+) -> SimRun:
+    """Run one simulation; deterministic for ``config`` (its ``seed`` included).
+
+    ``on_slice(virtual_s, sent)`` hears, every virtual second, how far the clients
+    are into their budget (seconds since the warm-up, requests sent): a progress bar."""
+    return World(config).run(trace_memory=trace_memory, on_slice=on_slice)
 
 
 def with_policy(config: SimConfig, policy: str) -> SimConfig:
     return dataclasses.replace(config, policy=policy)
+
+
+def true_output(engine: EngineConfig) -> Callable[[list[int], int, bool], int]:
+    """The output length the emulated engine will produce, as ``Engine.add_request``
+    decides it (the DES sends no per-request seed): the oracle predictor's truth."""
+    lengths = engine.output_lengths
+
+    def truth(prompt_ids: list[int], max_tokens: int, ignore_eos: bool) -> int:
+        if ignore_eos:
+            return max_tokens
+        return min(lengths.sample(lengths.rng_for(prompt_ids, None, engine.seed)), max_tokens)
+
+    return truth

@@ -33,6 +33,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Any
 
 from routing.core.block_identity import VLLM_DEFAULT_SEED, HashAlgo, VllmHashSpec
 from routing.core.blocks import BLOCK_SIZE
@@ -66,6 +67,43 @@ class EngineConfig:
     @property
     def hash_spec(self) -> VllmHashSpec:
         return VllmHashSpec(self.hash_algo, self.hash_seed)
+
+    @classmethod
+    def for_profile(
+        cls,
+        profile: str,
+        *,
+        kv_tokens: int | None = None,
+        kv_blocks: int | None = None,
+        max_model_len: int | None = None,
+        max_num_seqs: int | None = None,
+        max_num_batched_tokens: int | None = None,
+        **rest: Any,
+    ) -> EngineConfig:
+        """An engine shaped as ``profile`` sizes it; each given knob overrides the profile's.
+
+        ``kv_blocks`` (vLLM's ``num_gpu_blocks``) wins over ``kv_tokens``; tokens are
+        rounded down to whole blocks.  ValueError names a bad value or profile."""
+        shape = get_profile(profile)
+        block_size = int(rest.get("block_size", BLOCK_SIZE))
+        if kv_blocks is None:
+            kv_blocks = (shape.kv_tokens if kv_tokens is None else kv_tokens) // block_size
+        config = cls(
+            profile=profile,
+            num_blocks=kv_blocks,
+            max_model_len=shape.max_model_len if max_model_len is None else max_model_len,
+            max_num_seqs=shape.max_num_seqs if max_num_seqs is None else max_num_seqs,
+            max_num_batched_tokens=(
+                shape.max_num_batched_tokens
+                if max_num_batched_tokens is None
+                else max_num_batched_tokens
+            ),
+            **rest,
+        )
+        for name in ("num_blocks", "max_model_len", "max_num_seqs", "max_num_batched_tokens"):
+            if getattr(config, name) < 1:
+                raise ValueError(f"{name} must be at least 1 (a KV cache of whole blocks)")
+        return config
 
 
 @dataclass(frozen=True)

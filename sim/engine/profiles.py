@@ -43,6 +43,28 @@ prefill): ~7 ms decode steps and ~27 ms for a 512-token prefill.
 These are assumptions for benchmarking routing policies, not measurements: the
 relative costs (prefill vs decode, queueing vs cache hits) are what matter.
 
+Each profile also fixes the engine's *shape*, as vLLM would size it on that
+card: the KV cache in tokens (``kv_tokens``), the context limit
+(``max_model_len``), and the scheduler's ``max_num_seqs`` and
+``max_num_batched_tokens``.  ``EngineConfig.for_profile`` applies them and
+lets flags override each (``--kv-tokens``/``--kv-blocks``, ``--max-model-len``).
+
+* ``l4-llama3.1-8b``: 32k tokens of KV, 8k context, 64 sequences, 2k-token
+  batches: the emulator's long-standing defaults, where continuous batching
+  absorbs most load imbalance.
+* ``l4-llama3.1-8b-small-kv``: the same L4 step times with a quarter of the
+  KV (8,192 tokens = 512 blocks).  It is the regime where the prefix cache
+  *thrashes* under imbalance, as the SGLang replicas of SkyLB's evaluation
+  did: a replica that receives more than its share of long conversations
+  evicts their history before the next turn, so where a request lands decides
+  its hit rate.  Pair it with longer prompts (``conversations:system_tokens=2048``).
+* ``h100-llama3.1-8b``: H100-80GB, BF16 Llama-3.1-8B, vLLM's defaults for an
+  80 GB card (``max_num_seqs`` 1024, ``max_num_batched_tokens`` 8192) and the
+  model's full 128k context.  KV capacity from memory (``kv_tokens_from_memory``):
+  80 GiB x 0.90 (vLLM's ``--gpu-memory-utilization``) - 16.06 GB of weights
+  - 4 GiB activation/CUDA-graph reserve = 56.95 GB, at 128 KiB per token
+  (2 x 32 layers x 8 KV heads x 128 dims x 2 bytes) = 434,527 tokens.
+
 ``zero`` models no GPU at all: every step takes no time, so a replica emits
 tokens as fast as its HTTP server can write them.  It exists for measuring
 the balancer itself (``manage.py bench proxy``): with the backends costing
@@ -53,16 +75,41 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+GIB = 1 << 30
+# Llama-3.1-8B in BF16: 2 (K, V) x 32 layers x 8 KV heads x 128 dims x 2 bytes.
+LLAMA31_8B_KV_BYTES_PER_TOKEN = 2 * 32 * 8 * 128 * 2
+LLAMA31_8B_BF16_WEIGHT_BYTES = 16_060_000_000  # 8.03e9 parameters x 2 bytes
+
+
+def kv_tokens_from_memory(
+    *,
+    gpu_bytes: int,
+    weight_bytes: int,
+    kv_bytes_per_token: int,
+    memory_utilization: float = 0.90,
+    activation_reserve_bytes: int = 4 * GIB,
+) -> int:
+    """Tokens of KV cache a vLLM engine gets: what its share of the card leaves after
+    weights and the activation reserve, divided by one token's K and V."""
+    free = gpu_bytes * memory_utilization - weight_bytes - activation_reserve_bytes
+    if free <= 0:
+        raise ValueError("the weights and activation reserve leave no room for a KV cache")
+    return int(free // kv_bytes_per_token)
+
 
 @dataclass(frozen=True)
 class StepTimeProfile:
-    """Coefficients of the step-time model above, in seconds."""
+    """Coefficients of the step-time model above, in seconds, and the engine's shape."""
 
     name: str
     fixed_s: float
     prefill_s_per_token: float
     decode_s_per_seq: float
     kv_read_s_per_token: float
+    kv_tokens: int = 32_768
+    max_model_len: int = 8_192
+    max_num_seqs: int = 64
+    max_num_batched_tokens: int = 2_048
 
     def step_seconds(self, prefill_tokens: int, decode_seqs: int, context_tokens: int) -> float:
         """Modeled duration of one step; zero when nothing is scheduled."""
@@ -87,11 +134,27 @@ PROFILES: dict[str, StepTimeProfile] = {
             kv_read_s_per_token=0.44e-6,
         ),
         StepTimeProfile(
+            name="l4-llama3.1-8b-small-kv",
+            fixed_s=0.030,
+            prefill_s_per_token=0.53e-3,
+            decode_s_per_seq=0.3e-3,
+            kv_read_s_per_token=0.44e-6,
+            kv_tokens=8_192,
+        ),
+        StepTimeProfile(
             name="h100-llama3.1-8b",
             fixed_s=0.007,
             prefill_s_per_token=0.04e-3,
             decode_s_per_seq=0.05e-3,
             kv_read_s_per_token=0.04e-6,
+            kv_tokens=kv_tokens_from_memory(
+                gpu_bytes=80 * GIB,
+                weight_bytes=LLAMA31_8B_BF16_WEIGHT_BYTES,
+                kv_bytes_per_token=LLAMA31_8B_KV_BYTES_PER_TOKEN,
+            ),
+            max_model_len=131_072,
+            max_num_seqs=1024,
+            max_num_batched_tokens=8192,
         ),
         # No compute: the emulated replica is limited only by its own HTTP server.
         StepTimeProfile(

@@ -7,7 +7,10 @@ inter-arrival distribution (``Gamma`` or ``Weibull``, shape and scale) and an
 empty name means no requests in that window.  Optional
 ``chunk-<id>-dataset.json`` files map a window start (every 6 h) to
 string-encoded ``{tokens: probability}`` PDFs of ``input_tokens`` and
-``output_tokens``.
+``output_tokens`` (multimodal clients: ``text_tokens``, ``image_tokens``,
+``audio_tokens``, ``video_tokens``, whose draws add up to the prompt); a window
+with no requests carries an empty ``{}`` PDF, which is read as "no lengths
+here", never as an error.
 
 Arrivals are regenerated the way ServeGen's own generator does it: inter-arrival
 gaps are drawn from the window's fitted distribution and rescaled so their mean
@@ -42,6 +45,11 @@ from sim.workloads.text import seeded, tagged_text
 
 WINDOW_S = 600.0
 _CHUNK_RE = re.compile(r"chunk-(\d+)-trace\.csv$")
+# A multimodal request's prompt is its text plus its media tokens (ServeGen's
+# mm-* datasets give one PDF per modality instead of ``input_tokens``).
+INPUT_FIELDS = ("input_tokens",)
+MULTIMODAL_INPUT_FIELDS = ("text_tokens", "image_tokens", "audio_tokens", "video_tokens")
+LengthPdfs = tuple[tuple[dict[int, float], ...], dict[int, float]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,7 +74,7 @@ class Window:
 class ServeGenClient:
     chunk: int
     windows: tuple[Window, ...]
-    lengths: dict[float, tuple[dict[int, float], dict[int, float]]]
+    lengths: dict[float, LengthPdfs]
 
 
 def read_client(path: Path) -> ServeGenClient:
@@ -99,23 +107,38 @@ def _window(path: Path, line: int, row: list[str]) -> Window:
     return Window(start, rate if dist else 0.0, dist, shape, scale)
 
 
-def _lengths(path: Path) -> dict[float, tuple[dict[int, float], dict[int, float]]]:
+def _lengths(path: Path) -> dict[float, LengthPdfs]:
+    """Each window's (input PDFs, output PDF); a quiet window (empty ``{}`` PDFs) has none.
+
+    ServeGen writes ``{}`` for a 6 h window in which the client sent nothing: that
+    is valid data, not an error, and a request later in the trace takes the last
+    window that has lengths (or the default distribution when none has)."""
     try:
         raw = json.loads(path.read_text(encoding="utf-8"))
-        return {
-            float(start): (_pdf(fields["input_tokens"]), _pdf(fields["output_tokens"]))
-            for start, fields in raw.items()
-        }
-    except (ValueError, KeyError, TypeError, SyntaxError) as exc:
+        lengths = {}
+        for start, fields in raw.items():
+            names = INPUT_FIELDS if "input_tokens" in fields else MULTIMODAL_INPUT_FIELDS
+            inputs = tuple(_pdf(fields[name]) for name in names if name in fields)
+            output = _pdf(fields["output_tokens"])
+            if not inputs:
+                raise KeyError("input_tokens")
+            if all(inputs) and output:
+                lengths[float(start)] = (inputs, output)
+        return lengths
+    except (ValueError, KeyError, TypeError, SyntaxError, AttributeError) as exc:
         raise TraceFormatError(path, 0, f"not a ServeGen dataset file: {exc}") from exc
 
 
 def _pdf(text: str) -> dict[int, float]:
+    """A ``{tokens: probability}`` PDF; empty for a quiet window."""
     # The PDFs are Python dict literals in strings; literal_eval evaluates no code.
     value = ast.literal_eval(text)
-    if not isinstance(value, dict) or not value:
-        raise ValueError("a length PDF must be a non-empty {tokens: probability} dict")
-    return {int(k): float(v) for k, v in value.items()}
+    if not isinstance(value, dict):
+        raise ValueError("a length PDF must be a {tokens: probability} dict")
+    pdf = {int(k): float(v) for k, v in value.items()}
+    if pdf and sum(pdf.values()) <= 0:
+        raise ValueError("a length PDF needs a positive total probability")
+    return pdf
 
 
 @dataclass(frozen=True)
@@ -215,7 +238,8 @@ class ServeGenTrace:
         starts = [s for s in sorted(client.lengths) if s <= trace_t]
         if starts:
             inputs, outputs = client.lengths[starts[-1]]
-            prompt, output = _draw(rng, inputs), _draw(rng, outputs)
+            prompt = sum(_draw(rng, pdf) for pdf in inputs)
+            output = _draw(rng, outputs)
         else:
             prompt = round(rng.lognormvariate(math.log(c.input_median), c.sigma))
             output = round(rng.lognormvariate(math.log(c.output_median), c.sigma))

@@ -39,9 +39,23 @@
       set(row, "waiting", f.num(r.waiting));
       set(row, "kv_usage", f.pct(r.kv_usage));
       set(row, "hit_rate", f.pct(r.hit_rate));
+      set(row, "anticipated_peak", f.num(r.anticipated_peak));
+      sparkline(row.querySelector("[data-sparkline]"), r.lookahead || []);
       set(row, "outstanding", f.num(r.outstanding));
       replicaWarnings(row, r.warnings || []);
     });
+  }
+
+  // The look-ahead map's curve: KV tokens over the next iterations, scaled to its own peak.
+  function sparkline(svg, values) {
+    if (!svg) return;
+    const peak = Math.max.apply(null, values.concat([1]));
+    const w = 60, h = 14, n = Math.max(values.length - 1, 1);
+    const points = values.map(function (v, i) {
+      return (i * w / n).toFixed(1) + "," + (h - v / peak * (h - 1)).toFixed(1);
+    }).join(" ");
+    const line = svg.querySelector("polyline");
+    if (line.getAttribute("points") !== points) line.setAttribute("points", points);
   }
 
   // The balancer's warnings about its view of the replica's cache, in plain words.

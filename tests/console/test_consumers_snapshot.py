@@ -83,3 +83,14 @@ def test_replica_rows_carry_the_balancers_cache_warnings() -> None:
     rows = {r["name"]: r for r in snap["replicas"]}
     assert rows["us-r1"]["warnings"] == [warning]
     assert rows["us-r2"]["warnings"] == []  # no balancer reports it: nothing to warn of
+
+
+def test_replica_rows_carry_the_anticipated_kv_peak_and_a_coarse_curve() -> None:
+    st = state(1, 10, 5)
+    ahead = [500 - i for i in range(100)]
+    st["replicas"][0]["forecast"] = {"peak_kv_tokens": 500, "lookahead": ahead}
+    snap, _ = build_snapshot(inputs(100.0, st, {}))
+    rows = {r["name"]: r for r in snap["replicas"]}
+    assert rows["us-r1"]["anticipated_peak"] == 500
+    assert rows["us-r1"]["lookahead"] == ahead[::5]  # 20 points of the 100
+    assert rows["us-r2"]["anticipated_peak"] is None and rows["us-r2"]["lookahead"] == []

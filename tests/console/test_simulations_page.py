@@ -29,6 +29,10 @@ def test_the_last_simulations_are_listed_with_their_numbers_and_reports(
     page = staff.get(f"/console/simulations/{report.name}")
     assert page.status_code == 200 and page["Content-Type"].startswith("text/html")
     assert b"plotly" in b"".join(page.streaming_content)
+    # The page loads plotly.js from beside itself: the console serves it there too.
+    script = staff.get("/console/simulations/plotly.min.js")
+    assert script.status_code == 200 and script["Content-Type"].startswith("text/javascript")
+    assert b"plotly.js" in b"".join(script.streaming_content)[:4000]
 
 
 @pytest.mark.django_db

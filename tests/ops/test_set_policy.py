@@ -16,7 +16,7 @@ def service(db: None) -> ServiceConfig:
 
 
 def test_the_demo_service_routes_with_meridians_own_policy(service: ServiceConfig) -> None:
-    assert service.policy == DEMO_POLICY == "skylb"
+    assert service.policy == DEMO_POLICY == "meridian"
 
 
 def test_set_policy_stores_typed_params_and_records_the_change(service: ServiceConfig) -> None:
@@ -29,7 +29,7 @@ def test_set_policy_stores_typed_params_and_records_the_change(service: ServiceC
         {"vnodes": 64, "pushing": "sp-o"},
     )
     event = Event.objects.get(kind="policy_changed")
-    assert event.data["before"]["policy"] == "skylb"
+    assert event.data["before"]["policy"] == "meridian"
     assert event.data["after"] == {
         "policy": "skylb_ch",
         "params": {"vnodes": 64, "pushing": "sp-o"},
@@ -51,7 +51,7 @@ def test_bad_policies_are_refused_and_nothing_changes(
     with pytest.raises(CommandError, match=message):
         call_command("set_policy", DEMO_MODEL, *args)
     service.refresh_from_db()
-    assert service.policy == "skylb"
+    assert service.policy == "meridian"
     assert not Event.objects.filter(kind="policy_changed").exists()
 
 

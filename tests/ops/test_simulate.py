@@ -39,16 +39,45 @@ def test_one_row_per_policy_and_pushing_and_a_saved_report(tmp_path: Path) -> No
         "--report", str(report), "--json", str(summaries),
     )  # fmt: skip
     rows = [line.split()[:2] for line in text.splitlines()[1:5]]
-    assert rows == [
-        ["round_robin", "sp-p"],
-        ["round_robin", "blind"],
-        ["skylb", "sp-p"],
-        ["skylb", "blind"],
+    data = json.loads(summaries.read_text())
+    assert [d["ok"] for d in data] == [10, 10, 10, 10]
+    # Rows are ranked by goodput (the JSON keeps the run order).
+    ranked = sorted(data, key=lambda d: -d["goodput_rps"])
+    assert rows == [d["label"].split() for d in ranked]
+    assert sorted(map(tuple, rows)) == [
+        ("round_robin", "blind"),
+        ("round_robin", "sp-p"),
+        ("skylb", "blind"),
+        ("skylb", "sp-p"),
     ]
     assert f"report: {report}" in text
     assert report.is_file() and report.with_suffix(".json").is_file()
-    data = json.loads(summaries.read_text())
-    assert [d["ok"] for d in data] == [10, 10, 10, 10]
+
+
+def test_engine_flags_shape_the_replicas_and_rejections_are_a_column(tmp_path: Path) -> None:
+    summaries = tmp_path / "s.json"
+    text = simulate(
+        *SMALL, "--policies", "ll", "--max-model-len", "40", "--kv-tokens", "4096",
+        "--ttft-slo", "0.5", "--report", str(tmp_path / "r.html"), "--json", str(summaries),
+    )  # fmt: skip
+    header, row = text.splitlines()[:2]
+    assert header.split()[:4] == ["policy", "ok", "rej", "drop"]
+    (data,) = json.loads(summaries.read_text())
+    assert data["rejected"] > 0 and int(row.split()[2]) == data["rejected"]
+    assert data["ttft_slo_s"] == 0.5
+    title = json.loads((tmp_path / "r.json").read_text())["title"]
+    assert title.endswith("[l4-llama3.1-8b, KV 4,096 tokens, context 40]")
+
+
+def test_an_experiment_runs_in_another_engine_regime(tmp_path: Path) -> None:
+    from ops.management.commands.simulate import Command
+
+    options = {"experiment": "fig9", "duration": 5.0, "seed": 1, "param": [],
+               "profile": "l4-llama3.1-8b-small-kv", "kv_tokens": None, "kv_blocks": None,
+               "max_model_len": None}  # fmt: skip
+    plan = Command().plan(options)
+    assert all(config.engine.num_blocks == 512 for _, config in plan.runs)
+    assert plan.title.endswith("[l4-llama3.1-8b-small-kv, KV 8,192 tokens, context 8,192]")
 
 
 def test_reports_go_under_var_dir_by_default(tmp_path: Path, settings: Any) -> None:
@@ -79,6 +108,8 @@ def test_policy_params_and_the_push_budget_reach_the_service(tmp_path: Path) -> 
     report = tmp_path / "r.html"
     simulate(
         *SMALL,
+        "--policies",
+        "skylb",
         "--param",
         "push_budget=4",
         "--param",

@@ -2,11 +2,12 @@
 
 Live: two ``python -m sim.serve`` replicas (at ``--time-scale 2``, so the modeled
 GPU time dominates the HTTP and Python overheads this shared machine adds) behind
-a real daphne balancer running SkyLB with SP-P, driven by ``replay``'s own runner
-through the official ``openai`` client.  Simulated: the same workload, seed,
-engine, policy, probe interval and time scale in ``sim.des``.  The two must
+a real daphne balancer running SkyLB with SP-P, then Meridian's cost model with
+token admission (the default policy), driven by ``replay``'s own runner through
+the official ``openai`` client.  Simulated: the same workload, seed, engine,
+policy, probe interval and time scale in ``sim.des``.  The two must
 agree on the KV hit rate within a few points and on the median TTFT within
-~20 %, at small scale (SkyLB's metrics, §5).  The whole test takes ~20 s.
+~20 %, at small scale (SkyLB's metrics, §5).  Each policy takes ~20 s.
 """
 
 from __future__ import annotations
@@ -38,19 +39,21 @@ CLIENTS, REQUESTS, SEED = 3, 24, 5
 TIME_SCALE, PROBE_INTERVAL_S = 2.0, 0.2
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="module", params=["skylb", "meridian"])
 def balancer_url(
+    request: pytest.FixtureRequest,
     django_db_setup: None,
     django_db_blocker: Any,
     redis_server: EmbeddedRedis,
     tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[tuple[str, str]]:
-    group = ProcessGroup(tmp_path_factory.mktemp("fidelity"))
+) -> Iterator[tuple[str, str, str]]:
+    policy: str = request.param
+    group = ProcessGroup(tmp_path_factory.mktemp(f"fidelity-{policy}"))
     factory = TopologyFactory()
     with django_db_blocker.unblock():
         try:
             region = factory.region("fid")
-            factory.service(model=MODEL, policy="skylb")
+            factory.service(model=MODEL, policy=policy)
             key = factory.api_key("fidelity")
             ports = {f"fid-r{n}": free_port() for n in (1, 2)}
             for name, port in ports.items():
@@ -64,7 +67,7 @@ def balancer_url(
             url = start_balancer(
                 group, env, "fid-lb", port, MERIDIAN_PROBE_INTERVAL_S=str(PROBE_INTERVAL_S)
             )
-            yield url, key
+            yield url, key, policy
         finally:
             group.stop_all()
             factory.delete_all()
@@ -83,10 +86,10 @@ def live(url: str, key: str) -> ReplaySnapshot:
     return asyncio.run(run_replay(config, signals=()))
 
 
-def simulated() -> Summary:
+def simulated(policy: str) -> Summary:
     config = SimConfig(
         workload=WORKLOAD,
-        policy="skylb",
+        policy=policy,
         replicas={"fid": 2},
         clients={"fid": CLIENTS},
         max_requests=REQUESTS,
@@ -99,9 +102,10 @@ def simulated() -> Summary:
 
 @pytest.mark.django_db  # reads nothing; makes pytest-django create the test database
 def test_live_fleet_and_simulator_agree_on_hit_rate_and_median_ttft(
-    balancer_url: tuple[str, str],
+    balancer_url: tuple[str, str, str],
 ) -> None:
-    measured, model = live(*balancer_url), simulated()
+    url, key, policy = balancer_url
+    measured, model = live(url, key), simulated(policy)
     assert (measured.ok, model.ok) == (REQUESTS, REQUESTS), measured.error_messages
     live_hit = measured.cached_tokens / measured.prompt_tokens
     # The same requests, give or take which program the budget cut short.

@@ -352,6 +352,50 @@ def test_metrics_and_state_describe_the_balancer(idle: Region) -> None:
     assert queue["placed"] == queue["timed_out"] == queue["cancelled"] == 0
 
 
+def test_the_lookahead_map_holds_a_running_request_and_predictions_are_counted(
+    idle: Region,
+) -> None:
+    before = metric_value(idle.url, "meridian_length_predictions_total")
+    for port in idle.replica_ports.values():
+        set_fault(port, "hang")  # the request reaches a replica and stays there
+    done: list[int] = []
+
+    def send() -> None:
+        completion = idle.openai().chat.completions.create(
+            model=MODEL, messages=[{"role": "user", "content": "Write a haiku"}], max_tokens=12
+        )
+        assert completion.usage is not None
+        done.append(completion.usage.completion_tokens)
+
+    sender = threading.Thread(target=send)
+    sender.start()
+    try:
+
+        def running() -> list[dict[str, Any]]:
+            return [r for r in state(idle.url)["replicas"] if r["forecast"]["running"]]
+
+        (row,) = eventually(running, what="the request in its replica's look-ahead map")
+        forecast = row["forecast"]
+        # Its prompt and the tokens its iterations so far would have decoded (the map
+        # cannot see that the replica is stalled), and no less ahead.
+        assert forecast["peak_kv_tokens"] >= forecast["kv_tokens"] > 0
+        assert len(forecast["lookahead"]) == state(idle.url)["lookahead_iterations"]
+        gauge = f'meridian_anticipated_kv_tokens{{replica="{row["name"]}",stat="peak"}}'
+        assert metric_value(idle.url, gauge) > 0
+    finally:
+        for port in idle.replica_ports.values():
+            set_fault(port, "none")
+        sender.join(timeout=30)
+    assert done and done[0] <= 12
+    view = state(idle.url)
+    assert view["length_predictor"] == "learned"
+    assert all(r["forecast"]["running"] == 0 for r in view["replicas"])
+    assert metric_value(idle.url, "meridian_length_predictions_total") == before + 1
+    # The engine's completion tokens were set against the prediction (at most max_tokens).
+    assert metric_value(idle.url, "meridian_length_predicted_tokens_total") >= 1
+    assert "meridian_length_prediction_error_tokens_total" in samples(idle.url)
+
+
 def _is_idle(view: dict[str, Any]) -> bool:
     replicas = view["replicas"]
     return view["inflight"] == 0 and all(r["healthy"] and r["available"] for r in replicas)

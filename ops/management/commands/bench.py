@@ -2,6 +2,7 @@
 
     manage.py bench routing ...        # routing policies (ops.bench.routing)
     manage.py bench proxy --server both --concurrency 1,32,128 --json var/proxy.json
+    manage.py bench predictor --trace conversations.jsonl   # response-length prediction
 
 Each benchmark is a module ``ops.bench.<name>`` with ``add_arguments(parser)``
 and ``run(options, stdout)``; this command only builds one argparse subparser per
@@ -18,7 +19,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-BENCHMARKS = ("routing", "proxy", "sim")
+BENCHMARKS = ("routing", "proxy", "sim", "predictor")
 
 
 def _module(name: str) -> ModuleType:

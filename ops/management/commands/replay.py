@@ -7,7 +7,8 @@ Examples::
     manage.py replay --workload mooncake:trace.jsonl --region eu-west --speed 4 --max-requests 500
 
 The work happens in ``ops.replay``; this command only turns options into a
-``ReplayConfig``, shows progress, and prints the summary.
+``ReplayConfig``, shows progress (a tqdm bar on a terminal, plain status lines
+into a pipe or with ``--no-progress``), and prints the summary.
 """
 
 from __future__ import annotations
@@ -16,11 +17,12 @@ import argparse
 import asyncio
 import logging
 import os
-from typing import Any
+from typing import Any, Protocol, TextIO
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from fleet.models import Balancer
+from ops.progress import BudgetBar, bars_wanted, raw_stream
 from ops.replay.display import StatusLine, format_summary
 from ops.replay.sender import ReplayError
 from ops.replay.service import ReplayConfig, run_replay
@@ -39,6 +41,29 @@ def _positive(kind: type[float] | type[int]) -> Any:
         return value
 
     return parse
+
+
+class Progress(Protocol):
+    def update(self, snap: ReplaySnapshot) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class ReplayBar:
+    """A tqdm bar over the replay's budget (``--duration`` s, else ``--max-requests``),
+    with the status line's numbers beside it."""
+
+    def __init__(self, config: ReplayConfig, stream: TextIO) -> None:
+        self.bar = BudgetBar(
+            "replay", stream, duration_s=config.duration, max_requests=config.max_requests
+        )
+
+    def update(self, snap: ReplaySnapshot) -> None:
+        note = f"ok {snap.ok} failed {snap.failed} {snap.requests_per_s:.1f} req/s"
+        self.bar.advance(snap.elapsed, snap.sent, note)
+
+    def close(self) -> None:
+        self.bar.close()
 
 
 class Command(BaseCommand):
@@ -67,11 +92,22 @@ class Command(BaseCommand):
         parser.add_argument("--max-requests", type=_positive(int), help="send at most N requests")
         parser.add_argument("--seed", type=int, default=0, help="workload seed (default 0)")
         parser.add_argument("--quiet", action="store_true", help="no status line, summary only")
+        parser.add_argument(
+            "--no-progress",
+            action="store_true",
+            help="plain status lines instead of a progress bar on a terminal",
+        )
 
     def handle(self, *args: object, **options: Any) -> None:
         config = self.build_config(options)
         self.quiet_http_logs()
-        status = None if options["quiet"] else self.status_line()
+        status: Progress | None = None
+        if options["quiet"]:
+            status = None
+        elif bars_wanted(raw_stream(self.stderr), disabled=options["no_progress"]):
+            status = ReplayBar(config, raw_stream(self.stderr))
+        else:
+            status = self.status_line(tty=not options["no_progress"])
         snapshot = self.replay(config, status)
         self.stdout.write(format_summary(snapshot))
 
@@ -109,15 +145,15 @@ class Command(BaseCommand):
         # would bury the status line.  Warnings and errors still show.
         logging.getLogger("httpx2").setLevel(logging.WARNING)
 
-    def status_line(self) -> StatusLine:
+    def status_line(self, *, tty: bool) -> StatusLine:
         # Progress goes to stderr so stdout carries only the summary.
         return StatusLine(
             lambda text: self.stderr.write(text, ending=""),
-            tty=self.stderr.isatty(),
+            tty=tty and self.stderr.isatty(),
             flush=self.stderr.flush,
         )
 
-    def replay(self, config: ReplayConfig, status: StatusLine | None) -> ReplaySnapshot:
+    def replay(self, config: ReplayConfig, status: Progress | None) -> ReplaySnapshot:
         try:
             return asyncio.run(
                 run_replay(

@@ -4,15 +4,19 @@
         --replicas us-east=4,eu-west=3,ap-southeast=2 --clients 40 --duration 300 --seed 1
     manage.py simulate --experiment fig9 --duration 300
 
-Prints one table row per run (throughput, TTFT and end-to-end p50/p90/p99, KV hit
-rate, outstanding variance, share forwarded, queue waits) and saves a
-self-contained plotly report under ``VAR_DIR/simulations/`` (or ``--report``).
+Prints one table row per run, ranked by goodput (requests/s meeting ``--ttft-slo``,
+rejections and drops counted as misses), with throughput, TTFT and end-to-end
+p50/p90/p99, KV hit rate and its oracle bound, outstanding variance, share
+forwarded and queue waits, and saves a plotly report under
+``VAR_DIR/simulations/`` (or ``--report``).  A progress bar per run shows on a
+terminal unless ``--no-progress``.
 The simulation itself is ``sim.des``; this command only parses and prints.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -20,13 +24,24 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from routing.core.registry import UnknownPolicyError
-from sim.des.config import DEPLOYMENTS, SimConfigError
+from ops.progress import BudgetBar, bars_wanted, raw_stream
+from routing.core.predictors import SIM_PREDICTORS
+from routing.core.registry import DEFAULT_POLICY, UnknownPolicyError
+from sim.des.config import DEPLOYMENTS, SimConfig, SimConfigError
 from sim.des.experiments import EXPERIMENTS, experiment
-from sim.des.metrics import Summary
-from sim.des.plan import PUSHING_CHOICES, RunPlan, build_plan, execute
+from sim.des.metrics import DEFAULT_TTFT_SLO_S, Summary
+from sim.des.plan import (
+    DEFAULT_PROFILE,
+    PUSHING_CHOICES,
+    RunPlan,
+    build_plan,
+    engine_config,
+    engine_overridden,
+    execute,
+    with_engine,
+)
 from sim.des.report import format_table, save_report
-from sim.des.world import SimRun
+from sim.des.world import SimRun, SliceHook
 from sim.engine import PROFILES
 from sim.workloads import TraceFormatError, WorkloadSpecError
 
@@ -39,7 +54,9 @@ class Command(BaseCommand):
             "--workload", help="conversations, tot:branching=4, a+b, mooncake:PATH…"
         )
         parser.add_argument("--experiment", choices=sorted(EXPERIMENTS))
-        parser.add_argument("--policies", default="skylb", help="comma list; rr/ll/p2c/ch aliases")
+        parser.add_argument(
+            "--policies", default=DEFAULT_POLICY, help="comma list; rr/ll/p2c/ch aliases"
+        )
         parser.add_argument("--pushing", default="auto", help=f"comma list of {PUSHING_CHOICES}")
         parser.add_argument(
             "--param",
@@ -56,19 +73,47 @@ class Command(BaseCommand):
         parser.add_argument("--duration", type=float, help="virtual seconds clients send for")
         parser.add_argument("--requests", type=int, help="stop sending after this many requests")
         parser.add_argument("--seed", type=int, default=0)
-        parser.add_argument("--profile", default="l4-llama3.1-8b", choices=sorted(PROFILES))
+        parser.add_argument(
+            "--profile",
+            default=DEFAULT_PROFILE,
+            choices=sorted(PROFILES),
+            help="engine regime: step times and KV/context shape (docs/simulator.md)",
+        )
+        parser.add_argument("--kv-tokens", type=int, help="KV cache per replica, in tokens")
+        parser.add_argument("--kv-blocks", type=int, help="KV cache per replica, in blocks")
+        parser.add_argument("--max-model-len", type=int, help="context limit per request")
         parser.add_argument("--time-scale", type=float, default=1.0)
         parser.add_argument("--speed", type=float, default=1.0, help="trace timestamps / speed")
         parser.add_argument("--max-outstanding", type=int, default=32, help="SP-O cap")
         parser.add_argument("--single-region", help="where a single balancer runs")
+        parser.add_argument(
+            "--length-predictor",
+            default="none",
+            choices=SIM_PREDICTORS,
+            help="response-length predictor of the balancers' load forecast (oracle: the truth)",
+        )
         parser.add_argument("--rtt", help="A:B=MS,... (default: the demo's RTTs)")
+        parser.add_argument(
+            "--ttft-slo",
+            type=float,
+            default=DEFAULT_TTFT_SLO_S,
+            help=f"goodput counts answers with TTFT <= this (s, default {DEFAULT_TTFT_SLO_S:g})",
+        )
+        parser.add_argument(
+            "--no-progress", action="store_true", help="no progress bar (none off a terminal)"
+        )
         parser.add_argument("--report", type=Path, help="HTML path (default: VAR_DIR/simulations/)")
         parser.add_argument("--json", type=Path, help="also write the summaries as JSON")
 
     def handle(self, *args: Any, **options: Any) -> None:
+        if options["ttft_slo"] <= 0:
+            raise CommandError("--ttft-slo must be positive")
+        self.bar: BudgetBar | None = None
+        stream = raw_stream(self.stderr)
+        watch = self.watch if bars_wanted(stream, disabled=options["no_progress"]) else None
         try:
             plan = self.plan(options)
-            summaries = execute(plan, self.progress)
+            summaries = execute(plan, self.progress, ttft_slo_s=options["ttft_slo"], watch=watch)
         except (SimConfigError, UnknownPolicyError, WorkloadSpecError, TraceFormatError) as exc:
             raise CommandError(str(exc)) from exc
         self.stdout.write(format_table(summaries))
@@ -81,12 +126,31 @@ class Command(BaseCommand):
     def plan(self, options: dict[str, Any]) -> RunPlan:
         options = {**options, "param": dict(options["param"])}
         if options["experiment"]:
-            return experiment(options["experiment"], options["duration"], options["seed"])
+            plan = experiment(options["experiment"], options["duration"], options["seed"])
+            if engine_overridden(options):  # the same experiment in another engine regime
+                plan = with_engine(plan, engine_config(options))
+            predictor = options.get("length_predictor") or "none"
+            runs = [(k, dataclasses.replace(c, length_predictor=predictor)) for k, c in plan.runs]
+            return RunPlan(plan.title, runs)
         if not options["workload"]:
             raise SimConfigError("give --workload (or --experiment)")
         return build_plan(options)
 
+    def watch(self, label: str, config: SimConfig) -> SliceHook:
+        """A bar for the run about to start: virtual seconds (or requests) of its budget."""
+        bar = self.bar = BudgetBar(
+            label,
+            raw_stream(self.stderr),
+            duration_s=config.duration_s,
+            max_requests=config.max_requests,
+            seconds_unit="virtual s",
+        )
+        return lambda virtual_s, sent: bar.advance(virtual_s, sent, f"{sent} requests")
+
     def progress(self, label: str, run: SimRun, summary: Summary) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
         stats = run.stats
         self.stderr.write(
             f"{label}: {summary.issued} requests, {summary.makespan_s:.0f} virtual s "
@@ -107,5 +171,6 @@ def _param(raw: str) -> tuple[str, Any]:
 
 _SHOWN = (
     "workload", "experiment", "policies", "pushing", "deployment", "replicas", "clients",
-    "rate", "duration", "requests", "seed", "profile", "time_scale", "max_outstanding", "param",
+    "rate", "duration", "requests", "seed", "profile", "kv_tokens", "kv_blocks", "max_model_len",
+    "time_scale", "max_outstanding", "param", "ttft_slo", "length_predictor",
 )  # fmt: skip

@@ -425,3 +425,33 @@ def test_the_core_refuses_a_nonsense_attempt_budget() -> None:
             retry_after_s=1,
             probe_min_gap_s=0.0,
         )
+
+
+# -- the load forecast (PreServe) ---------------------------------------------------
+
+
+def test_a_sent_request_enters_its_replicas_map_and_leaves_it_on_completion() -> None:
+    w = world(("a",))
+    send = sent(w.arrive("r1"))
+    # No predictor runs here: the descriptor carries no prediction (the policy keeps
+    # its own estimate), and the map takes the "none" predictor's figure.
+    assert send.ticket.request.predicted_output_tokens is None
+    ahead = w.core.forecast.anticipator("a")
+    assert "r1" in ahead
+    assert ahead.lookahead()[0] == 16  # its prompt, at the first iteration
+    w.core.finished(send.ticket, ok=True, output_tokens=40, now=w.now)
+    assert "r1" not in ahead
+    (snapshot,) = w.core.forecast.snapshot()
+    assert snapshot.tally.completed == 1
+    assert snapshot.tally.actual_tokens == 40
+
+
+def test_a_failed_attempt_leaves_the_map_and_the_retry_enters_the_next_one() -> None:
+    w = world(("a", "b"))
+    first = sent(w.arrive("r1"))
+    retry = sent(w.core.failed(first.ticket, Failure("reset"), w.now))
+    assert "r1" not in w.core.forecast.anticipator(first.placement.label)
+    assert "r1" in w.core.forecast.anticipator(retry.placement.label)
+    w.core.finished(retry.ticket, ok=False)
+    assert "r1" not in w.core.forecast.anticipator(retry.placement.label)
+    assert all(s.tally.completed == 0 for s in w.core.forecast.snapshot())

@@ -75,3 +75,15 @@ def test_sizes_are_bounded_and_tenants_hold_whole_prefixes(
         held = list(tree._nodes[who])
         assert sum(len(n.edge) for n in held) == tree.size(who)
         assert all(n.parent is tree.root or who in n.parent.tenants for n in held if n.parent)
+
+
+def test_match_depths_gives_every_wanted_tenant_its_own_depth() -> None:
+    tree = RadixTree(1000)
+    doc = tuple(range(1, 11))
+    tree.insert(doc, "deep")
+    tree.insert(doc[:4], "shallow")
+    tree.insert((*doc[:6], 99), "fork")
+    depths = tree.match_depths((*doc, 50), {"deep", "shallow", "fork", "absent"})
+    assert depths == {"deep": 10, "shallow": 4, "fork": 6}
+    assert tree.match_depths(doc, {"shallow"}) == {"shallow": 4}
+    assert tree.match_depths((7, 8), {"deep"}) == {}

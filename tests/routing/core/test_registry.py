@@ -21,6 +21,7 @@ ALL = [
     "cache_map",
     "consistent_hash",
     "least_load",
+    "meridian",
     "metrics_aware",
     "nearest",
     "power_of_two",

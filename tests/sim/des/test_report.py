@@ -1,4 +1,4 @@
-"""The table, the self-contained HTML report and the list of saved reports."""
+"""The table, the HTML report (plotly.js beside it, not inlined) and the saved reports."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from plotly.offline import get_plotlyjs
 
 from sim.des.config import SimConfig
 from sim.des.metrics import Summary, percentile, summarize
-from sim.des.report import format_table, render_html, save_report
-from sim.des.saved_reports import list_reports
+from sim.des.report import PLOTLY_SOURCE, format_table, render_html, save_report
+from sim.des.saved_reports import PLOTLY_JS, list_reports
 from sim.des.world import simulate
 
 
@@ -29,21 +29,38 @@ def test_percentile_is_nearest_rank() -> None:
     assert percentile([3.0, 1.0, 2.0, 4.0], 0.99) == 4.0
 
 
-def test_the_table_has_one_row_per_run(make_config: Callable[..., SimConfig]) -> None:
-    lines = format_table(summaries(make_config)).splitlines()
-    assert "TTFT p50" in lines[0] and "hit %" in lines[0] and "fwd %" in lines[0]
-    assert [line.split()[0] for line in lines[1:]] == ["least_load", "skylb"]
+def test_the_table_has_one_row_per_run_ranked_by_goodput(
+    make_config: Callable[..., SimConfig],
+) -> None:
+    results = summaries(make_config)
+    lines = format_table(results).splitlines()
+    for column in ("goodput", "SLO %", "rej", "drop", "TTFT p50", "hit %", "hit/bound", "fwd %"):
+        assert column in lines[0]
+    rows = [line.split()[0] for line in lines[1:3]]
+    best_first = sorted(results, key=lambda s: -s.goodput_rps)
+    assert rows == [s.label for s in best_first]
+    assert lines[-1].startswith("ranked by goodput: requests/s answered with TTFT <= 2 s")
 
 
-def test_the_html_embeds_plotly_and_needs_no_network(
+def test_the_html_references_plotly_beside_it_and_needs_no_network(
     make_config: Callable[..., SimConfig],
 ) -> None:
     page = render_html("demo", {"seed": 3}, summaries(make_config))
-    library = get_plotlyjs()[:2000]
-    assert page.count(library) == 1  # plotly.js itself is inside, once for all charts
-    assert re.search(r"<script[^>]*\bsrc=", page) is None  # nothing fetched from a CDN
+    assert get_plotlyjs()[:2000] not in page  # not inlined: the page stays small
+    assert len(page.encode()) < 200_000
+    sources = re.findall(r"<script[^>]*\bsrc=['\"]([^'\"]+)", page)
+    assert sources == [PLOTLY_JS]  # one relative file, no CDN
     assert page.count("Plotly.newPlot") == 5
-    assert "skylb" in page
+    assert "skylb" in page and "hit/bound" in page
+
+
+def test_a_saved_report_has_the_plotly_bundle_beside_it(
+    make_config: Callable[..., SimConfig], tmp_path: Path
+) -> None:
+    path = save_report(tmp_path, "run", {}, summaries(make_config))
+    bundle = path.parent / PLOTLY_JS
+    assert bundle.read_bytes() == PLOTLY_SOURCE.read_bytes()
+    assert path.stat().st_size < 200_000
 
 
 def test_saved_reports_are_listed_newest_first(

@@ -91,3 +91,29 @@ def test_a_full_queue_refuses_with_429(make_config: Callable[..., SimConfig]) ->
     summary = summarize(simulate(config))
     assert summary.errors.get("429", 0) > 0
     assert summary.ok + summary.failed + summary.unfinished == summary.issued
+
+
+def test_under_overload_the_cost_model_drops_nothing_least_load_serves(
+    make_config: Callable[..., SimConfig],
+) -> None:
+    # Long shared prompts on two replicas: queued prefill passes the admission
+    # limit, so the cost model holds requests in the regional queue, whose
+    # deadline is short.  Least load pushes blindly and times nothing out; SP-P,
+    # holding requests back with no patience limit, does.
+    overload = {
+        "workload": (
+            "conversations:system_tokens=2048,users=8,turns_min=1,turns_max=2,"
+            "user_tokens_min=200,user_tokens_max=400,max_tokens_min=16,max_tokens_max=32"
+        ),
+        "replicas": {"us-east": 2},
+        "clients": {"us-east": 24},
+        "max_requests": 60,
+        "timing": {"queue_max_wait_s": 1.5},
+    }
+    least_load = summarize(simulate(make_config(policy="least_load", **overload)))
+    held_back = summarize(simulate(make_config(policy="skylb", pushing="sp-p", **overload)))
+    meridian = summarize(simulate(make_config(policy="meridian", **overload)))
+    assert held_back.errors.get("503", 0) > 0  # the overload is real
+    assert (meridian.queue_wait["p90"] or 0.0) > 0  # and the cost model did queue
+    assert meridian.ok >= least_load.ok == 60
+    assert meridian.failed == meridian.unfinished == 0

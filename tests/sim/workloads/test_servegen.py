@@ -121,3 +121,50 @@ def test_shifted_copies_never_share_a_prompt(trace_dir: Path) -> None:
     here = {p.steps[0].prompt.split()[0] for p in trace.programs()}
     there = {p.steps[0].prompt.split()[0] for p in trace.shifted(600.0).programs()}
     assert here and there and not here & there
+
+
+def test_a_quiet_window_with_empty_pdfs_is_not_an_error(
+    trace_dir: Path, trace_file: Callable[[str, str], Path]
+) -> None:
+    # ServeGen's own files carry "{}" for a 6 h window with no requests.
+    quiet = {"input_tokens": "{}", "output_tokens": "{}", "reason_ratio": "{}"}
+    busy = {"input_tokens": "{40: 1.0}", "output_tokens": "{7: 1.0}"}
+    trace_file("chunk-1-dataset.json", json.dumps({"0": busy, "600": quiet}))
+    tokenizer = WordTokenizer()
+    programs = list(ServeGenTrace(trace_dir / "chunk-1-trace.csv").programs())
+    late = [p for p in programs if p.start >= 1200]
+    assert late, "the fixture has requests after the quiet window"
+    for program in programs:  # the quiet window borrows the last window with lengths
+        (step,) = program.steps
+        assert len(tokenizer.encode(step.prompt)) == 40
+        assert step.max_tokens == 7
+
+
+def test_a_trace_whose_only_window_is_quiet_uses_the_default_lengths(
+    trace_dir: Path, trace_file: Callable[[str, str], Path]
+) -> None:
+    quiet = {"input_tokens": "{}", "output_tokens": "{}"}
+    trace_file("chunk-1-dataset.json", json.dumps({"0": quiet}))
+    config = ServeGenConfig(max_input_tokens=50, max_output_tokens=9)
+    programs = list(ServeGenTrace(trace_dir / "chunk-1-trace.csv", config).programs())
+    assert programs
+    assert all(1 <= p.steps[0].max_tokens <= 9 for p in programs)
+
+
+def test_a_multimodal_clients_prompt_adds_its_text_and_media_tokens(
+    trace_dir: Path, trace_file: Callable[[str, str], Path]
+) -> None:
+    pdfs = {
+        "text_tokens": "{30: 1.0}",
+        "image_tokens": "{12: 1.0}",
+        "audio_tokens": "{0: 1.0}",
+        "video_tokens": "{0: 1.0}",
+        "image_count": "{1: 1.0}",
+        "output_tokens": "{5: 1.0}",
+    }
+    trace_file("chunk-1-dataset.json", json.dumps({"0": pdfs}))
+    tokenizer = WordTokenizer()
+    for program in ServeGenTrace(trace_dir / "chunk-1-trace.csv").programs():
+        (step,) = program.steps
+        assert len(tokenizer.encode(step.prompt)) == 42
+        assert step.max_tokens == 5

@@ -1,0 +1,403 @@
+"""Meridian's own policy: every option priced in seconds, the cheapest one taken.
+
+For one request the options are each local replica that admits a request now,
+each healthy local replica held back by the admission limit (reached by
+waiting in the regional queue until it admits again), and each available peer
+region.  Each is priced as the time to the request's first token plus the harm
+it does to the requests already running there; the request goes where that is
+lowest.  Forwarding and waiting are options like any other, so the balancer
+forwards or queues only when that is genuinely cheaper than a local replica.
+``routing.core.remote.place`` asks ``choose`` (the ``CostModel`` protocol)
+instead of running SkyLB's local-first rule; the plain ``select`` scores the
+given candidates only, for callers with no peers or queue.
+
+Terms (seconds unless said), and where each number comes from:
+
+* ``p(r)``: prefill seconds per uncached prompt token on replica ``r``.
+  Starts at ``prefill_s_per_token`` (the engine profile's: Llama-3.1-8B on an
+  L4, 0.53 ms; 0.04 ms on an H100) and is learned online: every first token
+  that reaches the balancer gives a sample ``(TTFT - local_rtt_s - step_s) /
+  (Q at dispatch + U)``, folded into an EWMA (``ewma_alpha``).  Samples over
+  fewer than ``min_sample_tokens`` tokens are skipped (one step's overhead
+  dominates them) and samples are clamped to 1/8..8x the default.
+* ``itl(r)``: seconds per output token on ``r``, ``itl_s`` by default (one
+  decode step of the profile), learned from ``(finish - first token) /
+  (output tokens - 1)`` by the same EWMA.  It prices how soon a replica whose
+  KV look-ahead is full frees room (``pressure`` below).
+* ``Q(r)``: queued prefill work: the uncached prompt tokens of requests this
+  balancer sent to ``r`` whose first token has not come back yet.  The
+  balancer owns its replicas, so its ledger is the whole queue.
+* ``U(r)``: this prompt's uncached tokens on ``r``: the prompt less
+  ``block_tokens`` x the blocks of the longest prefix ``r`` holds, from an
+  approximate radix tree of what was sent to each replica (SGLang's tree,
+  bounded per replica by ``max_blocks_per_target``, the engine's KV capacity,
+  so it forgets roughly what the engine's LRU would have evicted).
+* ``ttft(r) = local_rtt_s + step_s + (Q(r) + U(r)) * p(r)``: FCFS prefill
+  behind the queued work, plus one step and the round trip.
+* ``harm(r) = harm_weight * U(r) * p(r) * D(r)``: chunked prefill shares steps
+  with the ``D(r)`` requests decoding on ``r`` (first token seen, not
+  finished), and each of them is delayed by this prompt's prefill time.
+* ``pressure(r)``: PreServe's load anticipation (§4.3.1): ``K(r)``, the KV
+  tokens ``r`` will hold over the next ``lookahead_tokens`` decode steps, is
+  the sum over its in-flight requests of ``prompt + min(predicted output,
+  lookahead_tokens)``, at least ``kv_usage`` x ``kv_capacity_tokens`` from the
+  latest probe.  With this request added, the ``overflow = K(r) + prompt +
+  min(pred, L) - kv_capacity_tokens`` tokens do not fit: the engine holds the
+  newcomer (or preempts a running request) until that much KV is freed.  The
+  held KV drains as its requests finish, over about one request lifetime
+  (mean output x ``itl(r)``), so ``pressure(r) = overflow * mean output *
+  itl(r) / K(r)`` when ``overflow > 0``, else 0.
+* Predicted output length: ``request.predicted_output_tokens`` when a
+  predictor filled it in, else the mean output length this balancer has seen
+  (EWMA, starting at ``default_output_tokens``), capped by ``max_tokens``.
+* ``cost(r) = ttft(r) + harm(r) + pressure(r)`` for a replica that admits.
+
+Admission (SP-P's rule, "do not pile onto an engine with a waiting queue", in
+tokens): ``r`` admits while ``Q(r) < admission_tokens`` (default two chunked
+prefill steps of 2,048 tokens: what the engine clears before a newcomer waits
+a third step).  It replaces SP-P's one-push-per-probe budget, which made the
+replica holding a prefix unavailable right after each push.
+
+Waiting for a held-back replica ``h``: ``wait(h) = cost(h) + queued_ahead *
+mean uncached prompt * p(h) / replicas``.  ``cost(h)`` already counts all of
+``Q(h)``: time spent here until ``h`` admits is time the engine would have
+queued the prompt anyway, so what waiting adds is the requests queued ahead of
+it here, spread over the region's replicas.  It still pays off when ``h``
+holds the prefix (its ``U(h)`` is small).
+
+Never dropping what others serve: a request that has waited ``wait_limit_s``
+in the regional queue (for a replica it chose, or because no replica admitted)
+has the admission limit waived (``waives_admission``): every healthy replica
+is an option again and the cheapest takes it, as blind pushing would have.  So
+the balancer holds a request back at most about that long plus one probe
+interval, never until a queue deadline that a blindly pushing least-load
+balancer would have served within.
+
+Peer ``g``: ``rtt(g) + estimate(g) + step_s + prompt * p`` where ``rtt(g)`` is
+the configured round trip, ``estimate(g)`` the queueing seconds that region
+reports for itself in its availability heartbeat, and every prompt token
+counts as uncached (this region cannot see the peer's caches).  A region's
+``region_estimate`` is the least ``Q(r) * p(r)`` over its healthy replicas.
+
+Ties go to a replica before waiting before a peer, and among replicas to
+``load_key`` order, so decisions are deterministic.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, field
+
+from routing.core.policy import Choice, Option, PolicyBase, load_key
+from routing.core.radix_tree import RadixTree
+from routing.core.types import RequestDescriptor, TargetState
+
+
+@dataclass(frozen=True, slots=True)
+class MeridianConfig:
+    # Engine-profile defaults (l4-llama3.1-8b), refined online per replica.
+    prefill_s_per_token: float = 0.53e-3
+    itl_s: float = 0.035
+    step_s: float = 0.030
+    local_rtt_s: float = 0.001
+    # SP-P's rule in tokens: queued prefill a replica may hold and still admit.
+    admission_tokens: int = 4096
+    # PreServe look-ahead: KV capacity and how many decode tokens ahead to count.
+    kv_capacity_tokens: int = 32_768
+    lookahead_tokens: int = 256
+    default_output_tokens: int = 256
+    harm_weight: float = 0.1
+    block_tokens: int = 16
+    max_blocks_per_target: int = 2048
+    ewma_alpha: float = 0.2
+    min_sample_tokens: int = 64
+    # Waiting stays an option only this long, so it never becomes a timeout.
+    wait_limit_s: float = 1.0
+
+    def __post_init__(self) -> None:
+        positive = {
+            "prefill_s_per_token": self.prefill_s_per_token,
+            "itl_s": self.itl_s,
+            "admission_tokens": self.admission_tokens,
+            "kv_capacity_tokens": self.kv_capacity_tokens,
+            "block_tokens": self.block_tokens,
+            "max_blocks_per_target": self.max_blocks_per_target,
+            "default_output_tokens": self.default_output_tokens,
+        }
+        for key, value in positive.items():
+            if value <= 0:
+                raise ValueError(f"{key} must be positive")
+        if min(self.step_s, self.local_rtt_s, self.harm_weight, self.wait_limit_s) < 0:
+            raise ValueError("step_s, local_rtt_s, harm_weight and wait_limit_s must be >= 0")
+        if self.lookahead_tokens < 0 or self.min_sample_tokens < 0:
+            raise ValueError("lookahead_tokens and min_sample_tokens must be >= 0")
+        if not 0.0 < self.ewma_alpha <= 1.0:
+            raise ValueError("ewma_alpha must be within (0, 1]")
+
+
+@dataclass(slots=True)
+class InFlight:
+    """One request this balancer sent to a replica, as the cost model counts it."""
+
+    uncached: int
+    kv_tokens: int
+    queued_ahead: int
+    prefilled: bool = False
+
+
+@dataclass(slots=True)
+class ReplicaModel:
+    """What the cost model knows of one replica: learned rates and its ledger."""
+
+    prefill_s_per_token: float
+    itl_s: float
+    queued_prefill: int = 0
+    kv_tokens: int = 0
+    decoding: int = 0
+    inflight: dict[str, InFlight] = field(default_factory=dict)
+
+
+class MeridianPolicy(PolicyBase):
+    name = "meridian"
+
+    def __init__(self, config: MeridianConfig | None = None) -> None:
+        self.config = config or MeridianConfig()
+        self.tree = RadixTree(self.config.max_blocks_per_target)
+        self.replicas: dict[str, ReplicaModel] = {}
+        self.mean_output = float(self.config.default_output_tokens)
+        self.mean_uncached = 0.0
+
+    # -- the Policy interface -----------------------------------------------------------
+
+    def select(
+        self, request: RequestDescriptor, candidates: Sequence[TargetState]
+    ) -> TargetState | None:
+        """The cheapest of ``candidates`` (no peers, no waiting)."""
+        choice = self.choose(request, candidates, (), ())
+        return choice.target
+
+    def on_complete(self, request: RequestDescriptor, target: TargetState, ok: bool) -> None:
+        model = self.replicas.get(target.target_id)
+        entry = model.inflight.pop(request.request_id, None) if model else None
+        if model is None or entry is None:
+            return
+        model.kv_tokens -= entry.kv_tokens
+        if entry.prefilled:
+            model.decoding -= 1
+        else:
+            model.queued_prefill -= entry.uncached
+
+    def on_targets_changed(self, target_ids: Sequence[str]) -> None:
+        keep = set(target_ids)
+        self.tree.retain_tenants(keep)
+        self.replicas = {k: v for k, v in self.replicas.items() if k in keep}
+
+    # -- the CostModel interface --------------------------------------------------------
+
+    def choose(
+        self,
+        request: RequestDescriptor,
+        available: Sequence[TargetState],
+        held_back: Sequence[TargetState],
+        peers: Sequence[TargetState],
+        *,
+        waited_s: float = 0.0,
+        queued_ahead: int = 0,
+    ) -> Choice:
+        if held_back and self.waives_admission(waited_s):
+            # Waited long enough: held back or not, every replica is an option now.
+            available, held_back = [*available, *held_back], ()
+        best = self._best_replica(request, available)
+        if held_back:
+            wait = self._best_wait(request, held_back, queued_ahead, len(available))
+            if wait.cost_s < best.cost_s:
+                best = wait
+        if peers:
+            peer = self._best_peer(request, peers)
+            if peer.cost_s < best.cost_s:
+                best = peer
+        if best.option is Option.REPLICA and best.target is not None:
+            self._record(request, best.target)
+        return best
+
+    def admits(self, target: TargetState) -> bool:
+        model = self.replicas.get(target.target_id)
+        return model is None or model.queued_prefill < self.config.admission_tokens
+
+    def waives_admission(self, waited_s: float) -> bool:
+        return waited_s >= self.config.wait_limit_s
+
+    def region_estimate(self, targets: Sequence[TargetState]) -> float:
+        return min((self._queue_s(t.target_id) for t in targets if t.healthy), default=math.inf)
+
+    def observe_first_token(
+        self, request: RequestDescriptor, target_id: str, ttft_s: float
+    ) -> None:
+        model = self.replicas.get(target_id)
+        entry = model.inflight.get(request.request_id) if model else None
+        if model is None or entry is None or entry.prefilled:
+            return
+        entry.prefilled = True
+        model.queued_prefill -= entry.uncached
+        model.decoding += 1
+        work = entry.queued_ahead + entry.uncached
+        if work < self.config.min_sample_tokens:
+            return
+        cfg = self.config
+        sample = max(0.0, ttft_s - cfg.local_rtt_s - cfg.step_s) / work
+        sample = _clamp(sample, cfg.prefill_s_per_token / 8, cfg.prefill_s_per_token * 8)
+        model.prefill_s_per_token = self._ewma(model.prefill_s_per_token, sample)
+
+    def observe_finish(
+        self, request: RequestDescriptor, target_id: str, decode_s: float, output_tokens: int
+    ) -> None:
+        if output_tokens < 1:
+            return
+        self.mean_output = self._ewma(self.mean_output, float(output_tokens))
+        model = self.replicas.get(target_id)
+        if model is None or output_tokens < 2:
+            return
+        sample = _clamp(
+            decode_s / (output_tokens - 1), self.config.itl_s / 8, self.config.itl_s * 8
+        )
+        model.itl_s = self._ewma(model.itl_s, sample)
+
+    # -- pricing ------------------------------------------------------------------------
+
+    def predicted_output(self, request: RequestDescriptor) -> int:
+        if request.predicted_output_tokens is not None:
+            return max(0, request.predicted_output_tokens)
+        guess = round(self.mean_output)
+        return min(guess, request.max_tokens) if request.max_tokens is not None else guess
+
+    def uncached_by_target(
+        self, request: RequestDescriptor, targets: Collection[str]
+    ) -> dict[str, int]:
+        """Uncached prompt tokens per target that holds part of the prompt."""
+        blocks = request.block_hashes
+        if not blocks:
+            return {}
+        depths = self.tree.match_depths(blocks, targets)
+        size, prompt = self.config.block_tokens, request.prompt_tokens
+        return {t: max(0, prompt - d * size) for t, d in depths.items()}
+
+    def replica_cost(self, request: RequestDescriptor, target: TargetState, uncached: int) -> float:
+        """ttft + harm + pressure of sending ``request`` to ``target`` now."""
+        cfg = self.config
+        model = self._model(target.target_id)
+        rate = model.prefill_s_per_token
+        prefill_s = uncached * rate
+        ttft = cfg.local_rtt_s + cfg.step_s + model.queued_prefill * rate + prefill_s
+        harm = cfg.harm_weight * prefill_s * model.decoding
+        return ttft + harm + self._pressure_s(request, target, model)
+
+    def _pressure_s(
+        self, request: RequestDescriptor, target: TargetState, model: ReplicaModel
+    ) -> float:
+        cfg = self.config
+        held = max(model.kv_tokens, int(target.kv_usage * cfg.kv_capacity_tokens))
+        overflow = held + self._kv_tokens(request) - cfg.kv_capacity_tokens
+        if overflow <= 0:
+            return 0.0
+        # The held tokens drain as their requests finish decoding, over about one
+        # request lifetime (mean output x itl): the overflow frees in that share of it.
+        lifetime_s = self.mean_output * model.itl_s
+        return overflow * lifetime_s / held
+
+    def _kv_tokens(self, request: RequestDescriptor) -> int:
+        return request.prompt_tokens + min(
+            self.predicted_output(request), self.config.lookahead_tokens
+        )
+
+    def _best_replica(self, request: RequestDescriptor, targets: Sequence[TargetState]) -> Choice:
+        if not targets:
+            return Choice(Option.WAIT, None, math.inf)
+        by_id = {t.target_id: t for t in targets}
+        uncached = self.uncached_by_target(request, by_id)
+        prompt = request.prompt_tokens
+        best = min(
+            targets,
+            key=lambda t: (
+                self.replica_cost(request, t, uncached.get(t.target_id, prompt)),
+                load_key(t),
+            ),
+        )
+        cost = self.replica_cost(request, best, uncached.get(best.target_id, prompt))
+        return Choice(Option.REPLICA, best, cost)
+
+    def _best_wait(
+        self,
+        request: RequestDescriptor,
+        held_back: Sequence[TargetState],
+        queued_ahead: int,
+        admitting: int,
+    ) -> Choice:
+        uncached = self.uncached_by_target(request, {t.target_id for t in held_back})
+        prompt = request.prompt_tokens
+        replicas = max(1, admitting + len(held_back))
+        best = math.inf
+        for target in held_back:
+            rate = self._model(target.target_id).prefill_s_per_token
+            ahead = queued_ahead * self.mean_uncached * rate / replicas
+            # replica_cost already counts all of Q(h): what waits here for h to admit
+            # is prefilled that much later at the engine, not twice.
+            cost = ahead + self.replica_cost(
+                request, target, uncached.get(target.target_id, prompt)
+            )
+            best = min(best, cost)
+        return Choice(Option.WAIT, None, best)
+
+    def _best_peer(self, request: RequestDescriptor, peers: Sequence[TargetState]) -> Choice:
+        cfg = self.config
+        prefill = request.prompt_tokens * self._mean_rate() + cfg.step_s
+
+        def cost(peer: TargetState) -> float:
+            rtt_ms = peer.extra.get("rtt_ms", math.inf)
+            rtt = rtt_ms / 1000.0 if math.isfinite(rtt_ms) else math.inf
+            return rtt + peer.extra.get("estimate_s", 0.0) + prefill
+
+        best = min(peers, key=lambda p: (cost(p), p.target_id))
+        return Choice(Option.PEER, best, cost(best))
+
+    def _queue_s(self, target_id: str) -> float:
+        model = self._model(target_id)
+        return model.queued_prefill * model.prefill_s_per_token
+
+    def _mean_rate(self) -> float:
+        if not self.replicas:
+            return self.config.prefill_s_per_token
+        return sum(m.prefill_s_per_token for m in self.replicas.values()) / len(self.replicas)
+
+    # -- bookkeeping ----------------------------------------------------------------------
+
+    def _record(self, request: RequestDescriptor, target: TargetState) -> None:
+        model = self._model(target.target_id)
+        uncached = self.uncached_by_target(request, (target.target_id,)).get(
+            target.target_id, request.prompt_tokens
+        )
+        previous = model.inflight.pop(request.request_id, None)
+        if previous is not None:  # the same request again on the same replica (a retry)
+            model.kv_tokens -= previous.kv_tokens
+            model.queued_prefill -= 0 if previous.prefilled else previous.uncached
+            model.decoding -= 1 if previous.prefilled else 0
+        entry = InFlight(uncached, self._kv_tokens(request), model.queued_prefill)
+        model.inflight[request.request_id] = entry
+        model.queued_prefill += uncached
+        model.kv_tokens += entry.kv_tokens
+        self.mean_uncached = self._ewma(self.mean_uncached, float(uncached))
+        self.tree.insert(request.block_hashes, target.target_id)
+
+    def _model(self, target_id: str) -> ReplicaModel:
+        model = self.replicas.get(target_id)
+        if model is None:
+            model = ReplicaModel(self.config.prefill_s_per_token, self.config.itl_s)
+            self.replicas[target_id] = model
+        return model
+
+    def _ewma(self, current: float, sample: float) -> float:
+        return current + self.config.ewma_alpha * (sample - current)
+
+
+def _clamp(value: float, low: float, high: float) -> float:
+    return min(high, max(low, value))

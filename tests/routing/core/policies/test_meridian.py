@@ -1,0 +1,232 @@
+"""Meridian's cost model: each term on its own, then replica vs waiting vs peer.
+
+Costs are in seconds under the default L4 profile rates (0.53 ms per uncached
+prompt token, 30 ms per step); requests are 16 tokens per block hash.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from routing.core.availability import PushingMode
+from routing.core.policies.meridian import MeridianConfig, MeridianPolicy
+from routing.core.policy import CostModel, Option
+from routing.core.registry import build_policy, default_pushing
+from routing.core.types import RequestDescriptor, TargetState
+from tests.support.descriptors import prefix, request, target
+
+RATE = MeridianConfig().prefill_s_per_token
+
+
+def peer(name: str, rtt_ms: float, estimate_s: float = 0.0) -> TargetState:
+    return target(name, extra={"rtt_ms": rtt_ms, "estimate_s": estimate_s})
+
+
+def on_profile(tokens: int) -> float:
+    """The TTFT the default rates predict for an idle replica: no rate change."""
+    config = MeridianConfig()
+    return config.local_rtt_s + config.step_s + tokens * RATE
+
+
+def sized(tokens: int, rid: str, output: int | None = None) -> RequestDescriptor:
+    return RequestDescriptor(rid, "m", tokens, predicted_output_tokens=output)
+
+
+def test_it_is_the_registry_default_and_admits_by_tokens() -> None:
+    policy = build_policy("meridian")
+    assert isinstance(policy, CostModel)
+    assert default_pushing("meridian") is PushingMode.TOKENS
+    assert default_pushing("sglang") is PushingMode.SP_P
+
+
+def test_the_replica_holding_the_prefix_is_cheaper_by_the_tokens_it_saves() -> None:
+    policy = MeridianPolicy()
+    a, b = target("a"), target("b")
+    doc = prefix(1, 40)
+    first = request(doc)
+    policy.select(first, [a])
+    follow_up = request(prefix(2, 4, doc))
+    assert policy.uncached_by_target(follow_up, {"a", "b"}) == {"a": 4 * 16}
+    # a still prefills the first 640 tokens: that queued work eats the whole saving.
+    assert policy.replica_cost(follow_up, a, 64) == pytest.approx(
+        policy.replica_cost(follow_up, b, 44 * 16)
+    )
+    # Once the first request's first token is back, a is cheaper by the 640 tokens.
+    policy.observe_first_token(first, "a", on_profile(640))
+    saving = policy.replica_cost(follow_up, b, 44 * 16) - policy.replica_cost(follow_up, a, 64)
+    assert saving == pytest.approx(640 * RATE - policy.config.harm_weight * 64 * RATE)
+    assert policy.select(follow_up, [a, b]) is a
+
+
+def test_queued_prefill_outweighs_a_small_saving() -> None:
+    policy = MeridianPolicy()
+    holder, idle = target("holder"), target("idle")
+    doc = prefix(1, 4)
+    policy.select(request(doc), [holder])
+    policy.select(sized(3000, "big"), [holder])  # 3,000 tokens queued on the holder
+    assert policy.replicas["holder"].queued_prefill == 64 + 3000
+    # Saving 64 tokens is not worth waiting behind 3,064.
+    assert policy.select(request(prefix(2, 2, doc)), [holder, idle]) is idle
+
+
+def test_harm_sends_a_cold_prompt_where_fewer_requests_decode() -> None:
+    policy = MeridianPolicy(MeridianConfig(harm_weight=1.0))
+    busy, quiet = target("busy"), target("quiet")
+    for i in range(3):
+        policy.select(sized(16, f"d{i}"), [busy])
+        policy.observe_first_token(sized(16, f"d{i}"), "busy", 0.05)
+    assert policy.replicas["busy"].decoding == 3
+    cold = sized(1000, "cold")
+    harm = 1000 * RATE * 3
+    assert policy.replica_cost(cold, busy, 1000) - policy.replica_cost(cold, quiet, 1000) == (
+        pytest.approx(harm)
+    )
+    assert policy.select(cold, [busy, quiet]) is quiet
+
+
+def test_kv_look_ahead_prices_a_replica_that_would_overflow() -> None:
+    config = MeridianConfig(kv_capacity_tokens=4096, lookahead_tokens=100, harm_weight=0.0)
+    policy = MeridianPolicy(config)
+    full, empty = target("full"), target("empty")
+    policy.select(sized(3900, "r1", output=500), [full])
+    policy.observe_first_token(sized(3900, "r1"), "full", on_profile(3900))
+    # r1 holds 3,900 + min(500, 100) = 4,000 tokens of the look-ahead.
+    assert policy.replicas["full"].kv_tokens == 4000
+    newcomer = sized(200, "n", output=50)
+    overflow = 4000 + 250 - 4096
+    lifetime = policy.mean_output * config.itl_s
+    extra = policy.replica_cost(newcomer, full, 200) - policy.replica_cost(newcomer, empty, 200)
+    assert extra == pytest.approx(overflow * lifetime / 4000)
+    # The probe's KV usage counts too, when it shows more than the ledger.
+    empty.kv_usage = 0.99
+    assert policy.replica_cost(newcomer, empty, 200) > policy.replica_cost(newcomer, full, 200)
+
+
+def test_the_admission_limit_is_queued_prefill_tokens() -> None:
+    policy = MeridianPolicy(MeridianConfig(admission_tokens=1000))
+    a = target("a")
+    assert policy.admits(a)  # never seen: idle
+    policy.select(sized(600, "x"), [a])
+    assert policy.admits(a)
+    policy.select(sized(600, "y"), [a])
+    assert not policy.admits(a)  # 1,200 queued
+    policy.observe_first_token(sized(600, "x"), "a", 0.4)
+    assert policy.admits(a)  # x is decoding: 600 queued
+    policy.on_complete(sized(600, "y"), a, ok=False)
+    assert policy.replicas["a"].queued_prefill == 0
+    policy.on_complete(sized(600, "x"), a, ok=True)
+    assert (policy.replicas["a"].decoding, policy.replicas["a"].kv_tokens) == (0, 0)
+
+
+def test_waiting_for_the_held_back_holder_beats_a_cold_replica() -> None:
+    policy = MeridianPolicy(MeridianConfig(admission_tokens=1000))
+    holder, cold = target("holder"), target("cold")
+    doc = prefix(1, 150)  # 2,400 tokens
+    first = request(doc)
+    policy.select(first, [holder])  # the holder now queues 2,400 tokens: held back
+    assert not policy.admits(holder)
+    # Behind 2,400 queued tokens, 32 uncached ones cost what 2,432 cold ones do:
+    # a tie goes to the replica that can start now.
+    choice = policy.choose(request(prefix(2, 2, doc)), [cold], [holder], [])
+    assert choice.option is Option.REPLICA and choice.target is cold
+    # The document prefilled, the holder queues another prompt's 1,500 tokens:
+    # 1,532 tokens' wait for it beats 2,432 cold tokens now.
+    policy.observe_first_token(first, "holder", on_profile(2400))
+    policy.select(sized(1500, "tail"), [holder])
+    assert not policy.admits(holder)
+    choice = policy.choose(request(prefix(3, 2, doc)), [cold], [holder], [])
+    assert choice.option is Option.WAIT and choice.target is None
+    # After wait_limit_s the admission limit is waived: the holder takes it at once.
+    late = policy.choose(request(prefix(4, 2, doc)), [cold], [holder], [], waited_s=1.0)
+    assert late.option is Option.REPLICA and late.target is holder
+
+
+def test_queued_requests_ahead_make_waiting_dearer() -> None:
+    policy = MeridianPolicy(MeridianConfig(admission_tokens=100))
+    holder, cold = target("holder"), target("cold")
+    first = request(prefix(1, 20))
+    policy.select(first, [holder])
+    policy.observe_first_token(first, "holder", on_profile(320))
+    policy.select(sized(200, "busy"), [holder])
+    follow_up = request(prefix(2, 1, first.block_hashes))
+    assert policy.choose(follow_up, [cold], [holder], []).option is Option.WAIT
+    crowded = policy.choose(follow_up, [cold], [holder], [], queued_ahead=400)
+    assert crowded.target is cold
+
+
+def test_forward_only_when_the_peer_is_genuinely_cheaper() -> None:
+    policy = MeridianPolicy()
+    local, near = target("local"), peer("eu", rtt_ms=80.0)
+    prompt = sized(500, "p")
+    # Idle local replica: forwarding adds the RTT for nothing.
+    assert policy.choose(prompt, [local], [], [near]).target is local
+    # Nothing local admits: the peer beats a long wait.
+    policy.select(sized(8000, "huge"), [local])
+    choice = policy.choose(sized(500, "q"), [], [local], [near])
+    assert choice.option is Option.PEER and choice.target is near
+    # A peer that says it queues for seconds is dearer than waiting here.
+    slow = peer("ap", rtt_ms=150.0, estimate_s=10.0)
+    assert policy.choose(sized(500, "r"), [], [local], [slow]).option is Option.WAIT
+    # Of two peers, the nearer one after its own estimate.
+    pick = policy.choose(sized(500, "s"), [], [], [peer("x", 200.0), peer("y", 80.0, 0.05)])
+    assert pick.target is not None and pick.target.target_id == "y"
+
+
+def test_no_option_at_all_is_an_infinite_wait() -> None:
+    choice = MeridianPolicy().choose(sized(10, "n"), [], [], [])
+    assert choice.option is Option.WAIT and math.isinf(choice.cost_s)
+
+
+def test_rates_are_learned_from_first_tokens_and_inter_token_latency() -> None:
+    config = MeridianConfig(ewma_alpha=0.5)
+    policy = MeridianPolicy(config)
+    a = target("a")
+    r = sized(1000, "r")
+    policy.select(r, [a])
+    # 1,000 tokens took 0.331 s - 1 ms RTT - 30 ms step = 0.3 s: 0.3 ms per token.
+    policy.observe_first_token(r, "a", 0.331)
+    assert policy.replicas["a"].prefill_s_per_token == pytest.approx((RATE + 0.3e-3) / 2)
+    policy.observe_finish(r, "a", decode_s=2.0, output_tokens=101)
+    assert policy.replicas["a"].itl_s == pytest.approx((config.itl_s + 0.02) / 2)
+    assert policy.mean_output == pytest.approx((config.default_output_tokens + 101) / 2)
+    # A tiny prefill says nothing about the rate: skipped.
+    before = policy.replicas["a"].prefill_s_per_token
+    small = sized(16, "small")
+    policy.select(small, [a])
+    policy.observe_first_token(small, "a", 5.0)
+    assert policy.replicas["a"].prefill_s_per_token == before
+
+
+def test_the_predicted_output_falls_back_to_what_was_seen_capped_by_max_tokens() -> None:
+    policy = MeridianPolicy(MeridianConfig(default_output_tokens=300))
+    assert policy.predicted_output(sized(10, "a", output=42)) == 42
+    assert policy.predicted_output(sized(10, "b")) == 300
+    capped = RequestDescriptor("c", "m", 10, max_tokens=20)
+    assert policy.predicted_output(capped) == 20
+
+
+def test_region_estimate_is_the_least_queued_prefill_time() -> None:
+    policy = MeridianPolicy()
+    a, b = target("a"), target("b")
+    policy.select(sized(400, "x"), [a])
+    policy.select(sized(2000, "y"), [b])
+    assert policy.region_estimate([a, b]) == pytest.approx(400 * RATE)
+    a.healthy = False
+    assert policy.region_estimate([a, b]) == pytest.approx(2000 * RATE)
+    assert math.isinf(policy.region_estimate([]))
+
+
+def test_targets_that_left_are_forgotten() -> None:
+    policy = MeridianPolicy()
+    policy.select(request(prefix(1, 4)), [target("a")])
+    policy.on_targets_changed(["b"])
+    assert policy.replicas == {} and policy.tree.tenants() == []
+
+
+def test_bad_config_is_refused() -> None:
+    with pytest.raises(ValueError, match="admission_tokens"):
+        MeridianConfig(admission_tokens=0)
+    with pytest.raises(ValueError, match="ewma_alpha"):
+        MeridianConfig(ewma_alpha=0.0)

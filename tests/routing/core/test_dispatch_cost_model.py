@@ -1,0 +1,111 @@
+"""The cost model through the dispatch core: admission by tokens, waiting on a
+held-back replica until its first token comes back, forwarding, heartbeats.
+
+Replicas ``a``/``b`` of one model, ``tokens`` pushing with an admission limit
+of 1,000 queued prefill tokens, a clock the test moves.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from routing.core.availability import PushingConfig, PushingMode
+from routing.core.dispatch import DispatchCore, Send, Ticket, Wait
+from routing.core.peers import Heartbeat
+from routing.core.pending_queue import RegionalQueues
+from routing.core.registry import build_policy, remote_policy_name
+from routing.core.remote import RemoteRouter, availability_report
+from routing.core.router import LocalRouter
+from routing.core.topology import ModelSpec, PeerSpec, ReplicaSpec
+from routing.core.types import RequestDescriptor
+
+MODEL = "m"
+NEAR = PeerSpec("near", "http://near", "eu", 80.0)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 10.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def build(replicas: tuple[str, ...], peers: tuple[PeerSpec, ...] = ()) -> tuple[
+    Clock, LocalRouter, RemoteRouter, DispatchCore[str]
+]:  # fmt: skip
+    clock = Clock()
+    local = LocalRouter(build_policy, max_outstanding=32, clock=clock)
+    remote = RemoteRouter(
+        build_policy, remote_policy_name, queue_buffer=1, max_age_s=2.0, clock=clock
+    )
+    spec = ModelSpec(
+        MODEL,
+        policy="meridian",
+        policy_params={"admission_tokens": 1000},
+        pushing=PushingConfig(PushingMode.TOKENS),
+    )
+    names = [ReplicaSpec(n, f"http://{n}", MODEL, "us", "us-1", "reserved") for n in replicas]
+    local.apply(names, {MODEL: spec})
+    remote.apply(peers, {MODEL: spec})
+    queues: RegionalQueues[Ticket[str]] = RegionalQueues()
+    queues.configure({MODEL: (16, 30.0)})
+    core = DispatchCore(local, remote, queues, max_attempts=3, retry_after_s=1, probe_min_gap_s=0)
+    return clock, local, remote, core
+
+
+def ticket(rid: str, tokens: int, *, forwarded: bool = False) -> Ticket[str]:
+    blocks = tuple(range(1, tokens // 16 + 1))  # every prompt shares one document
+    return Ticket(RequestDescriptor(rid, MODEL, tokens, blocks, forwarded=forwarded), rid)
+
+
+def sent_to(decision: object) -> str:
+    assert isinstance(decision, Send), decision
+    return decision.placement.label
+
+
+def test_a_held_back_replica_admits_again_when_its_first_token_returns() -> None:
+    clock, local, _, core = build(("a",))
+    big = ticket("big", 1600)
+    assert sent_to(core.arrive(big, clock.now)) == "a"
+    # 1,600 tokens queued on a: over the limit, so the next one waits.
+    assert isinstance(core.arrive(ticket("next", 1632), clock.now), Wait)
+    assert core.drain(clock.now).sends == []
+    clock.now += 0.9
+    core.first_token(big, clock.now)  # the prefill is done: a admits again
+    (send,) = core.drain(clock.now).sends
+    assert (send.ticket.handle, send.placement.label) == ("next", "a")
+    assert send.waited == pytest.approx(0.9)
+    # The TTFT taught the policy a's prefill rate: 0.9 s - 31 ms over 1,600 tokens.
+    policy = local.cost_model(MODEL)
+    assert policy is not None and policy.region_estimate(local.targets()) > 0
+
+
+def test_the_cost_model_sticks_to_the_prefix_and_spreads_cold_work() -> None:
+    clock, _, _, core = build(("a", "b"))
+    first = ticket("first", 640)
+    assert sent_to(core.arrive(first, clock.now)) == "a"
+    core.first_token(first, clock.now + 0.4)
+    # The follow-up shares 640 cached tokens on a: a is cheaper than cold b.
+    assert sent_to(core.arrive(ticket("follow", 704), clock.now)) == "a"
+    # A cold prompt behind a's queued work goes to idle b.
+    cold = Ticket(RequestDescriptor("cold", MODEL, 800, tuple(range(500, 550))), "cold")
+    assert sent_to(core.arrive(cold, clock.now)) == "b"
+
+
+def test_forwarding_happens_when_the_peer_beats_waiting_and_never_twice() -> None:
+    clock, local, remote, core = build(("a",), (NEAR,))
+    beat = Heartbeat("near", "eu", "http://near", 0.0, 1, 1, 0, 0, {MODEL: 1}, estimates={MODEL: 0})
+    remote.record_report("near", beat)
+    assert sent_to(core.arrive(ticket("big", 8000), clock.now)) == "a"
+    # a queues 8,000 tokens (4 s); the peer is 80 ms plus its own empty queue away.
+    assert sent_to(core.arrive(ticket("r1", 300), clock.now)) == "near"
+    # A request forwarded here may not go on to another peer: it waits.
+    assert isinstance(core.arrive(ticket("r2", 300, forwarded=True), clock.now), Wait)
+    report = availability_report(
+        balancer="us", region="us", url="http://us", ts=clock.now,
+        local=local, remote=remote, queue_lengths={MODEL: 1},
+    )  # fmt: skip
+    # The region tells its peers how long a new request would queue for prefill.
+    assert report.estimates[MODEL] == pytest.approx(8000 * 0.53e-3)
+    assert Heartbeat.from_json(report.to_json()).estimates == report.estimates

@@ -1,0 +1,123 @@
+"""Response-length prediction (PreServe §4.2): features, the simple predictors, and
+the learned one learning a relation it can see."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from routing.core.learned_length import LearnedPredictor
+from routing.core.length_predictor import (
+    DEFAULT_OUTPUT_TOKENS,
+    NoPredictor,
+    OraclePredictor,
+    RequestFeatures,
+    SessionHistory,
+    SessionMeanPredictor,
+    prompt_features,
+    word_cues,
+)
+from routing.core.prompts import ChatPrompt, TextPrompt, TokenPrompt
+
+
+def test_word_cues_read_both_ends_of_a_long_message_only() -> None:
+    middle = " filler" * 10_000
+    long = "Translate this" + middle + " into French"
+    cues = word_cues(long)
+    assert word_cues("translate THIS")[:2] == cues[:2]  # lower-cased head words
+    assert cues[-2:] == word_cues("x" * 300 + " into french")[-2:]
+    # The middle is never read: changing it leaves the cues as they are.
+    changed = long[:1000] + long[1000:-1000].replace("filler", "others") + long[-1000:]
+    assert word_cues(changed) == cues
+
+
+def test_head_and_tail_words_hash_apart() -> None:
+    short = word_cues("list")
+    tail_only = word_cues("y" * 300 + " list")
+    assert short[0] not in tail_only[-1:]
+
+
+def test_prompt_features_take_the_last_user_message() -> None:
+    chat = ChatPrompt(
+        [
+            {"role": "system", "content": "be brief"},
+            {"role": "user", "content": "first question"},
+            {"role": "assistant", "content": "an answer"},
+            {"role": "user", "content": [{"type": "text", "text": "second question"}]},
+        ]
+    )
+    assert prompt_features(chat, "chat").cues == word_cues("second question")
+    assert prompt_features(TextPrompt("write a poem"), "completions").cues == word_cues(
+        "write a poem"
+    )
+    assert prompt_features(TokenPrompt((1, 2, 3)), "completions").cues == ()
+
+
+def test_no_predictor_takes_max_tokens_else_the_default() -> None:
+    predictor = NoPredictor()
+    assert predictor.predict(RequestFeatures(100, max_tokens=64)) == 64
+    assert predictor.predict(RequestFeatures(100)) == DEFAULT_OUTPUT_TOKENS
+
+
+def test_oracle_knows_the_truth_and_falls_back_without_it() -> None:
+    oracle = OraclePredictor()
+    assert oracle.predict(RequestFeatures(100, max_tokens=500, oracle_output=42)) == 42
+    assert oracle.predict(RequestFeatures(100, max_tokens=30, oracle_output=42)) == 30
+    assert oracle.predict(RequestFeatures(100, max_tokens=77)) == 77
+
+
+def test_session_mean_uses_the_session_then_everything_seen() -> None:
+    predictor = SessionMeanPredictor()
+    assert predictor.predict(RequestFeatures(10)) == DEFAULT_OUTPUT_TOKENS
+    predictor.observe(RequestFeatures(10), 100)
+    predictor.observe(RequestFeatures(10), 300)
+    assert predictor.predict(RequestFeatures(10)) == 200
+    assert predictor.predict(RequestFeatures(10, earlier_outputs=(10, 30))) == 20
+
+
+def test_session_history_is_bounded_in_turns_and_sessions() -> None:
+    history = SessionHistory(max_sessions=2, turns=3)
+    for tokens in (1, 2, 3, 4):
+        history.record("a", tokens)
+    history.record("b", 9)
+    assert history.earlier("a") == (2, 3, 4)
+    history.record("c", 7)  # "a" is the least recently seen
+    assert history.earlier("a") == ()
+    assert history.earlier("b") == (9,)
+    history.record("", 5)  # no session key: nothing to remember
+    assert len(history) == 2
+
+
+def _relation(rng: random.Random) -> tuple[RequestFeatures, int]:
+    """Requests that ask to "summarize" get short answers, "essay" ones long answers."""
+    if rng.random() < 0.5:
+        return RequestFeatures(rng.randint(50, 500), cues=word_cues("summarize this")), 30
+    return RequestFeatures(rng.randint(50, 500), cues=word_cues("write an essay")), 600
+
+
+def test_learned_predictor_learns_what_the_words_say() -> None:
+    rng = random.Random(7)
+    predictor = LearnedPredictor()
+    predictor.fit([_relation(rng) for _ in range(3000)])
+    short = predictor.predict(RequestFeatures(200, cues=word_cues("summarize this")))
+    long = predictor.predict(RequestFeatures(200, cues=word_cues("write an essay")))
+    assert short < 60
+    assert long > 400
+
+
+def test_learned_predictor_starts_at_the_default_and_respects_max_tokens() -> None:
+    predictor = LearnedPredictor()
+    assert predictor.predict(RequestFeatures(100)) == pytest.approx(DEFAULT_OUTPUT_TOKENS)
+    assert predictor.predict(RequestFeatures(100, max_tokens=16)) == 16
+
+
+def test_learned_state_round_trips_and_refuses_other_bytes() -> None:
+    rng = random.Random(3)
+    predictor = LearnedPredictor()
+    predictor.fit([_relation(rng) for _ in range(500)])
+    features = RequestFeatures(200, cues=word_cues("write an essay"))
+    restored = LearnedPredictor.from_state(predictor.state())
+    assert restored.predict(features) == predictor.predict(features)
+    with pytest.raises(ValueError, match="not a saved length predictor"):
+        LearnedPredictor.from_state(b"not a model")

@@ -1,0 +1,88 @@
+"""Oracle bounds on the hit rate, on hand-computed request streams."""
+
+from __future__ import annotations
+
+from sim.des.oracle import (
+    CacheUse,
+    hit_rate_bounds,
+    max_hit_blocks,
+    prefix_hit_blocks,
+    share_of_bound,
+)
+
+
+def use(
+    at: float,
+    keys: tuple[int, ...],
+    *,
+    done: float | None = None,
+    reply: tuple[int, ...] = (),
+    cap: int | None = None,
+) -> CacheUse:
+    limit = len(keys) if cap is None else cap
+    return CacheUse(at, done, keys, reply, limit)
+
+
+def test_the_engines_cap_recomputes_the_last_token() -> None:
+    assert max_hit_blocks(32, 16) == 1  # two full blocks, the second is recomputed
+    assert max_hit_blocks(33, 16) == 2
+    assert max_hit_blocks(0, 16) == 0
+
+
+def test_an_infinite_cache_hits_every_leading_block_seen_before() -> None:
+    uses = [
+        use(0.0, (1, 2, 3)),  # first sight: 0
+        use(1.0, (1, 2, 4)),  # 1, 2 then 4 is new: 2
+        use(2.0, (1, 2, 4, 5)),  # 1, 2, 4: 3
+        use(3.0, (9, 2)),  # a different first block: 0 (a prefix, not a set)
+    ]
+    assert prefix_hit_blocks(uses, None) == 5
+
+
+def test_hits_stop_at_the_engines_cap() -> None:
+    uses = [
+        use(0.0, (1, 2, 3)),
+        use(1.0, (1, 2, 3), cap=2),  # 3 would hit, the engine recomputes it: 2
+    ]
+    assert prefix_hit_blocks(uses, None) == 2
+
+
+def test_a_reply_is_cached_at_completion_for_the_next_turn() -> None:
+    uses = [
+        use(0.0, (1, 2), done=5.0, reply=(3,)),
+        use(4.0, (1, 2, 3)),  # before the reply exists: 1, 2
+        use(6.0, (1, 2, 3, 4)),  # after: 1, 2, 3
+    ]
+    assert prefix_hit_blocks(uses, None) == 5
+
+
+def test_pooled_lru_evicts_the_least_recent_and_tails_before_heads() -> None:
+    uses = [
+        use(0.0, (1, 2)),
+        use(1.0, (3, 4)),  # capacity 3: 1 2 | 3 4 -> the tail 2 of the older prompt goes
+        use(2.0, (1, 2)),  # 1 is still there, 2 is not: 1 hit
+    ]
+    assert prefix_hit_blocks(uses, 3) == 1
+    assert prefix_hit_blocks(uses, 4) == 2  # everything fits: both blocks hit
+    assert prefix_hit_blocks(uses, None) == 2
+
+
+def test_a_hit_refreshes_its_blocks() -> None:
+    uses = [
+        use(0.0, (1,)),
+        use(1.0, (2,)),
+        use(2.0, (1,)),  # hit, and 1 becomes the most recent
+        use(3.0, (3,)),  # capacity 2: evicts 2, not 1
+        use(4.0, (1,)),  # hit
+    ]
+    assert prefix_hit_blocks(uses, 2) == 2
+
+
+def test_bounds_as_rates_and_the_share_of_the_bound() -> None:
+    uses = [use(0.0, (1, 2)), use(1.0, (3, 4)), use(2.0, (1, 2))]
+    bounds = hit_rate_bounds(uses, 96, block_size=16, capacity_blocks=3)
+    assert bounds.infinite == 2 * 16 / 96
+    assert bounds.pooled == 1 * 16 / 96
+    assert share_of_bound(bounds.pooled / 2, bounds.pooled) == 0.5
+    assert share_of_bound(0.0, 0.0) is None
+    assert hit_rate_bounds([], 0, block_size=16, capacity_blocks=3).pooled == 0.0
