@@ -38,7 +38,9 @@ with regions, and a balancer without Redis keeps its map current.
 
 ``drop_next`` is a test hook: the next N messages are accepted (their sequence
 numbers count) and their events thrown away, a loss no gap reveals, which only the
-periodic sync can heal.
+periodic sync can heal.  ``lose_next`` is its twin for gaps: the next N messages are
+never seen, as when the PUB socket drops them, so the one after them reveals the gap
+and healing starts (against a real vLLM, from its replay endpoint).
 """
 
 from __future__ import annotations
@@ -139,6 +141,7 @@ class KVEventConsumer:
         self.clock = clock
         self.streams: dict[str, ReplicaStream] = {}
         self.drop_next = 0
+        self.lose_next = 0
         self.applied = 0
         self.syncs = 0
         self.last_sync: dict[str, SyncResult] = {}
@@ -238,6 +241,9 @@ class KVEventConsumer:
 
     def accept(self, stream: ReplicaStream, batch: EventBatch) -> None:
         """One decoded message: queue it, and start healing if messages were lost."""
+        if self.lose_next > 0:
+            self.lose_next -= 1
+            return  # never seen: its sequence number is skipped, and the next shows the gap
         expected = stream.tracker.next_expected
         fresh, gap = stream.tracker.observe(batch.sequence)
         if not fresh:

@@ -17,6 +17,18 @@ from tests.support.django_env import child_process_env
 from tests.support.processes import ProcessGroup
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests marked ``engines`` (real vLLM replicas, ``make test-engines``) run only when
+    the marker expression asks for them: a plain ``pytest`` (``make test``) or one
+    filtered on something else never starts a real engine."""
+    if "engines" in (config.option.markexpr or ""):
+        return
+    engines = [item for item in items if item.get_closest_marker("engines")]
+    if engines:
+        config.hook.pytest_deselected(items=engines)
+        items[:] = [item for item in items if not item.get_closest_marker("engines")]
+
+
 @pytest.fixture(scope="session")
 def redis_server() -> Iterator[EmbeddedRedis]:
     """A Redis at settings.REDIS_URL: the machine's own, or an embedded one started here."""

@@ -22,8 +22,10 @@ the Celery beat task ``sync_cache_state`` calls it): every owned replica of a
 ``POST /internal/faults`` (token) sets drill faults on this balancer:
 ``{"partition": ["peer-balancer", ...], "until": epoch_s}`` makes polls of and
 forwards to those peers fail as unreachable until ``until`` (an empty list clears
-it; ``drill_partition``), and ``{"drop_kv_events": n}`` throws away the next n
-KV-event messages without a sequence gap (a loss only anti-entropy heals; tests).
+it; ``drill_partition``), ``{"drop_kv_events": n}`` throws away the next n
+KV-event messages without a sequence gap (a loss only anti-entropy heals; tests), and
+``{"lose_kv_events": n}`` loses the next n before they are seen, as a PUB socket past
+its high-water mark does, so the message after them reveals a gap (tests of healing).
 It answers the faults now in force.
 """
 
@@ -88,6 +90,7 @@ async def faults(request: HttpRequest) -> HttpResponseBase:
     if "partition" in body:
         runtime.partition.set(body["partition"], float(body.get("until") or 0.0))
     runtime.kv.drop_next += int(body.get("drop_kv_events") or 0)
+    runtime.kv.lose_next += int(body.get("lose_kv_events") or 0)
     return JsonResponse(_faults_view(runtime))
 
 
@@ -101,7 +104,7 @@ def _fault_body(raw: bytes) -> dict[str, Any]:
     peers = body.get("partition", [])
     if not isinstance(peers, list) or not all(isinstance(p, str) for p in peers):
         raise errors.invalid_type("partition", "a list of balancer names", peers)
-    for key in ("until", "drop_kv_events"):
+    for key in ("until", "drop_kv_events", "lose_kv_events"):
         value = body.get(key, 0)
         if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
             raise errors.invalid_value(key, f"'{key}' must be a non-negative number.")
@@ -111,7 +114,11 @@ def _fault_body(raw: bytes) -> dict[str, Any]:
 
 
 def _faults_view(rt: BalancerRuntime) -> dict[str, Any]:
-    return {**rt.partition.view(), "drop_kv_events": rt.kv.drop_next}
+    return {
+        **rt.partition.view(),
+        "drop_kv_events": rt.kv.drop_next,
+        "lose_kv_events": rt.kv.lose_next,
+    }
 
 
 def _check_token(request: HttpRequest, token: str) -> None:

@@ -102,6 +102,22 @@ async def test_a_gap_without_replay_resyncs_that_replica_at_once(build_runtime: 
     assert sorted(cache_map(rt).blocks_of("a")) == [1, 7]
 
 
+async def test_a_lost_message_shows_as_a_gap_on_the_next_one(build_runtime: Any) -> None:
+    """``lose_next`` (the ``lose_kv_events`` fault) loses messages before the sequence
+    check, as a PUB socket past its high-water mark does: the next message is a gap."""
+    snapshots = Snapshots()
+    rt = await runtime(build_runtime, snapshots)
+    stream = rt.kv.streams["a"]
+    rt.kv.accept(stream, batch(0, CacheEvent(STORED, (1,))))
+    rt.kv.lose_next = 1
+    rt.kv.accept(stream, batch(1, CacheEvent(STORED, (2,))))  # never seen
+    snapshots.blocks["a"] = ([1, 2, 3], 3)
+    rt.kv.accept(stream, batch(2, CacheEvent(STORED, (3,))))
+    await asyncio.wait_for(rt.kv._heals["a"], timeout=5)
+    assert rt.kv.lose_next == 0 and stream.gaps == 1 and stream.received == 2
+    assert sorted(cache_map(rt).blocks_of("a")) == [1, 2, 3]  # healed by the snapshot
+
+
 async def test_a_silently_lost_event_is_healed_by_the_next_sync(build_runtime: Any) -> None:
     snapshots = Snapshots()
     rt = await runtime(build_runtime, snapshots)

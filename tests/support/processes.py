@@ -79,13 +79,18 @@ class ProcessGroup:
         argv: Sequence[str],
         *,
         env: Mapping[str, str] | None = None,
+        cwd: Path = REPO_ROOT,
     ) -> subprocess.Popen[bytes]:
+        """Start ``argv`` in its own session, logging to ``<log_dir>/<name>.log``.
+
+        ``cwd`` is the repository unless told: a program from another environment (a
+        real engine) must not find this repository's packages on its path."""
         self.log_dir.mkdir(parents=True, exist_ok=True)
         log = open(self.log_dir / f"{name}.log", "ab")  # noqa: SIM115 - lives as long as the child
         full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
         process = subprocess.Popen(
             list(argv),
-            cwd=REPO_ROOT,
+            cwd=cwd,
             env=full_env,
             stdout=log,
             stderr=subprocess.STDOUT,
