@@ -130,10 +130,27 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = MERIDIAN_MAX_BODY_BYTES + 1024
 
 REDIS_URL = env_str("REDIS_URL", "redis://127.0.0.1:6379/0")
 
+# channels-redis waits for a consumer's next message with a blocking BZPOPMIN of
+# ``RedisChannelLayer.brpop_timeout`` (5 s); redis-py's own default socket timeout is
+# also 5 s, so an idle console raced the two and died with ``TimeoutError`` (close
+# 1011).  The layer's connections get a read timeout well past the blocking read, so
+# only a Redis that is really gone times out.
+CHANNEL_LAYER_SOCKET_TIMEOUT_S = env_float("MERIDIAN_CHANNEL_SOCKET_TIMEOUT_S", 30.0, minimum=10.0)
 CHANNEL_LAYERS = {
     "default": {
         "BACKEND": "channels_redis.core.RedisChannelLayer",
-        "CONFIG": {"hosts": [REDIS_URL], "prefix": "meridian:channels"},
+        "CONFIG": {
+            "hosts": [
+                {
+                    "address": REDIS_URL,
+                    "socket_timeout": CHANNEL_LAYER_SOCKET_TIMEOUT_S,
+                    "socket_connect_timeout": 5.0,
+                    "socket_keepalive": True,
+                    "retry_on_timeout": True,
+                }
+            ],
+            "prefix": "meridian:channels",
+        },
     }
 }
 
