@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from routing.core.live_feed import (
@@ -22,7 +24,13 @@ BUCKETS = (0.1, 0.5, 1.0)
 
 
 def record(
-    balancer: str, ts: float, *, requests: float = 0, prompt: float = 0, cached: float = 0, **kw
+    balancer: str,
+    ts: float,
+    *,
+    requests: float = 0,
+    prompt: float = 0,
+    cached: float = 0,
+    **kw: Any,
 ) -> LiveRecord:
     ttft = kw.pop("ttft", (0, 0, 0, 0))
     delta = Counters(
