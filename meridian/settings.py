@@ -187,6 +187,10 @@ MERIDIAN_PROBE_INTERVAL_S = env_float("MERIDIAN_PROBE_INTERVAL_S", 0.25, minimum
 MERIDIAN_PROBE_TIMEOUT_S = env_float("MERIDIAN_PROBE_TIMEOUT_S", 1.0, minimum=0.05)
 MERIDIAN_HEARTBEAT_INTERVAL_S = env_float("MERIDIAN_HEARTBEAT_INTERVAL_S", 1.0, minimum=0.1)
 MERIDIAN_HEARTBEAT_TTL_S = env_float("MERIDIAN_HEARTBEAT_TTL_S", 5.0, minimum=0.5)
+# The console's live feed: each balancer appends a record to its region's Redis stream
+# this often, and the stream keeps about this many (1 s x 4 balancers x 15 min + slack).
+MERIDIAN_LIVE_PUBLISH_S = env_float("MERIDIAN_LIVE_PUBLISH_S", 1.0, minimum=0.2)
+MERIDIAN_LIVE_STREAM_MAXLEN = env_int("MERIDIAN_LIVE_STREAM_MAXLEN", 4096, minimum=100)
 MERIDIAN_UPSTREAM_CONNECT_TIMEOUT_S = env_float("MERIDIAN_UPSTREAM_CONNECT_TIMEOUT_S", 2.0)
 MERIDIAN_UPSTREAM_READ_TIMEOUT_S = env_float("MERIDIAN_UPSTREAM_READ_TIMEOUT_S", 300.0)
 MERIDIAN_MAX_ATTEMPTS = env_int("MERIDIAN_MAX_ATTEMPTS", 3, minimum=1)

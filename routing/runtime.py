@@ -67,6 +67,7 @@ from routing.core.topology import TopologySnapshot
 from routing.dispatch import Dispatcher
 from routing.forecast import build_forecast
 from routing.kv_events import KVEventConsumer
+from routing.live_publish import LivePublisher
 from routing.model_tokens import ModelEncoders
 from routing.peers import AvailabilityPoller, HttpReportFetch, PeerDirectory
 from routing.prober import ReplicaProber
@@ -126,6 +127,8 @@ class BalancerConfig:
     length_predictor_state: str = ""
     lookahead_iterations: int = 100
     seconds_per_iteration: float = 0.02
+    live_publish_s: float = 1.0
+    live_stream_maxlen: int = 4096
 
     @classmethod
     def from_settings(cls) -> BalancerConfig:
@@ -167,6 +170,8 @@ class BalancerConfig:
             length_predictor_state=s.MERIDIAN_LENGTH_PREDICTOR_STATE,
             lookahead_iterations=s.MERIDIAN_LOOKAHEAD_ITERATIONS,
             seconds_per_iteration=s.MERIDIAN_SECONDS_PER_ITERATION,
+            live_publish_s=s.MERIDIAN_LIVE_PUBLISH_S,
+            live_stream_maxlen=s.MERIDIAN_LIVE_STREAM_MAXLEN,
         )
 
 
@@ -248,6 +253,12 @@ class BalancerRuntime:
             ttl_s=config.heartbeat_ttl_s,
         )
         self.client = _shared_client(config)
+        # The console's live feed: this balancer's per-second record, straight to Redis.
+        self.live = LivePublisher(
+            config.redis_url,
+            maxlen=config.live_stream_maxlen,
+            on_error=self.metrics.live_publish_errors.inc,
+        )
         self.block_schemes = ModelBlockSchemes(config.hash_seed)
         # LoRA adapter -> base model: learned from the replicas' /v1/models, config on top.
         self.adapters = AdapterDirectory(config.lora_adapters)
@@ -349,6 +360,7 @@ class BalancerRuntime:
             self._spawn("heartbeat", self.config.heartbeat_interval_s, self.exchange_heartbeats),
             self._spawn("kv-subscribe", self.config.topology_refresh_s, self.kv.reconcile),
             self._spawn("kv-events", self.config.kv_events_batch_s, self.kv.flush_all),
+            self._spawn("live", self.config.live_publish_s, self.publish_live),
         ]
         await asyncio.gather(
             self.poller.poll_all(), self.exchange_heartbeats(), self.kv.reconcile()
@@ -414,6 +426,9 @@ class BalancerRuntime:
             self.metrics.heartbeat_errors.inc,
         )
 
+    async def publish_live(self) -> None:
+        await self.live.publish(self)
+
     def heartbeat(self, snapshot: TopologySnapshot) -> Heartbeat:
         """This balancer's availability report (Algorithm 1, lines 9-10): available
         replicas and queue length per model, for peers and for Redis."""
@@ -457,6 +472,7 @@ class BalancerRuntime:
         await self.client.aclose()
         await self.upstream.aclose()
         await self.peers.close()
+        await self.live.close()
 
 
 _runtime: BalancerRuntime | None = None
