@@ -10,15 +10,15 @@ import redis
 from django.conf import settings
 
 from ops.embedded_redis import EmbeddedRedis
-from routing.core.live_feed import FIELD, decode_all, stream_key
+from routing.core.live_feed import FIELD, LiveRecord, decode_all, stream_key
 from tests.support.inprocess import proxy_call
 from tests.support.upstreams import Upstreams
 
 pytestmark = pytest.mark.anyio
 
 
-def _records(client: redis.Redis) -> list[Any]:
-    entries = client.xrange(stream_key("us"))
+def _records(client: redis.Redis) -> list[LiveRecord]:
+    entries: list[tuple[bytes, dict[bytes, bytes]]] = client.xrange(stream_key("us"))  # type: ignore[assignment]
     return decode_all(fields[FIELD.encode()] for _, fields in entries)
 
 
