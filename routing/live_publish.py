@@ -16,11 +16,12 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
+from routing.cache_view import CacheViewMonitor
 from routing.core.kv_stream_health import STATE_ADVICE, StreamState
 from routing.core.live_feed import (
     FIELD,
@@ -30,9 +31,36 @@ from routing.core.live_feed import (
     counters_delta,
     stream_key,
 )
+from routing.core.load_forecast import LoadForecast
+from routing.core.remote import RemoteRouter
+from routing.core.router import LocalRouter
+from routing.core.topology import TopologySnapshot
+from routing.kv_events import KVEventConsumer
+from routing.telemetry import BalancerMetrics, QueueSnapshot
 
-if TYPE_CHECKING:
-    from routing.runtime import BalancerRuntime
+
+class LiveSource(Protocol):
+    """What a record is read from: the balancer runtime (read-only, so the runtime
+    passes itself without this module importing it)."""
+
+    @property
+    def snapshot(self) -> TopologySnapshot | None: ...
+    @property
+    def metrics(self) -> BalancerMetrics: ...
+    @property
+    def router(self) -> LocalRouter: ...
+    @property
+    def remote(self) -> RemoteRouter: ...
+    @property
+    def forecast(self) -> LoadForecast: ...
+    @property
+    def kv(self) -> KVEventConsumer: ...
+    @property
+    def cache_view(self) -> CacheViewMonitor: ...
+    def monotonic(self) -> float: ...
+    def inflight(self) -> int: ...
+    def queue_snapshots(self) -> list[QueueSnapshot]: ...
+
 
 logger = logging.getLogger(__name__)
 
@@ -44,7 +72,7 @@ SPARKLINE_POINTS = 20
 REDIS_TIMEOUT_S = 1.0
 
 
-def counters_now(rt: BalancerRuntime) -> Counters:
+def counters_now(rt: LiveSource) -> Counters:
     """The balancer's cumulative counters as of now."""
     m = rt.metrics
     requests = errors = forwarded_in = forwarded_out = 0.0
@@ -65,7 +93,7 @@ def counters_now(rt: BalancerRuntime) -> Counters:
     )
 
 
-def _warnings(rt: BalancerRuntime, name: str) -> tuple[dict[str, str], ...]:
+def _warnings(rt: LiveSource, name: str) -> tuple[dict[str, str], ...]:
     """The same plain-language cache warnings ``/internal/state`` gives each replica."""
     out = []
     stream = rt.kv.health.states.get(name)
@@ -77,12 +105,12 @@ def _warnings(rt: BalancerRuntime, name: str) -> tuple[dict[str, str], ...]:
     return tuple(out)
 
 
-def replica_rows(rt: BalancerRuntime) -> tuple[ReplicaLive, ...]:
-    rt.core.forecast.tick(rt.loop.time())  # the look-ahead maps as of now
+def replica_rows(rt: LiveSource) -> tuple[ReplicaLive, ...]:
+    rt.forecast.tick(rt.monotonic())  # the look-ahead maps as of now
     rows = []
     for target in rt.router.targets():
         name = target.target_id
-        forecast = rt.core.forecast.replica(name)
+        forecast = rt.forecast.replica(name)
         ahead = forecast.lookahead if forecast else ()
         step = max(1, len(ahead) // SPARKLINE_POINTS)
         rows.append(
@@ -114,7 +142,7 @@ class LivePublisher:
         self.sent: tuple[float, Counters] | None = None  # (ts, counters) of the last record
         self.failing = False
 
-    def record(self, rt: BalancerRuntime, now: float, counters: Counters) -> LiveRecord | None:
+    def record(self, rt: LiveSource, now: float, counters: Counters) -> LiveRecord | None:
         """This round's record against the last one sent; None before the topology."""
         snapshot = rt.snapshot
         if snapshot is None:
@@ -130,14 +158,14 @@ class LivePublisher:
             delta=_growth(counters, before),
             inflight=rt.inflight(),
             forwarded_inflight=rt.remote.ledger.total,
-            queue=rt.queues.total(),
+            queue=sum(q.length for q in queues),
             oldest_wait_s=round(max((q.oldest_wait_s for q in queues), default=0.0), 3),
             waiting=sum(t.waiting for t in targets),
             ttft_buckets=rt.metrics.ttft.buckets,
             replicas=replica_rows(rt),
         )
 
-    async def publish(self, rt: BalancerRuntime) -> None:
+    async def publish(self, rt: LiveSource) -> None:
         now = time.time()
         counters = counters_now(rt)
         record = self.record(rt, now, counters)

@@ -55,6 +55,7 @@ from routing.core.cache_view_check import MismatchConfig
 from routing.core.dispatch import DispatchCore, Ticket
 from routing.core.kv_events import split_kv_event_params
 from routing.core.kv_stream_health import SilenceConfig
+from routing.core.load_forecast import LoadForecast
 from routing.core.lora import AdapterDirectory
 from routing.core.peers import Heartbeat
 from routing.core.pending_queue import RegionalQueues
@@ -428,6 +429,13 @@ class BalancerRuntime:
 
     async def publish_live(self) -> None:
         await self.live.publish(self)
+
+    @property
+    def forecast(self) -> LoadForecast:
+        return self.core.forecast
+
+    def monotonic(self) -> float:
+        return self.loop.time()
 
     def heartbeat(self, snapshot: TopologySnapshot) -> Heartbeat:
         """This balancer's availability report (Algorithm 1, lines 9-10): available
