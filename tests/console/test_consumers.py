@@ -107,5 +107,6 @@ async def test_a_foreign_origin_is_refused(redis_server: EmbeddedRedis) -> None:
     communicator = WebsocketCommunicator(
         application, "/ws/live", headers=[(b"origin", b"http://evil.example"), (b"cookie", cookie)]
     )
-    connected, _ = await communicator.connect()
+    # Disconnected like every refused socket, so the denier's channel-layer read ends.
+    connected, _ = await _refused(communicator)
     assert not connected
