@@ -162,7 +162,9 @@ def test_replicas_page_shows_the_balancers_cache_warnings_in_plain_words(
     row = ReplicaLive("us-east-r1", True, 0, 0, 0, None, None, warnings=(warning,))
     record = LiveRecord("us-east-lb", "us-east", 1.0, 1.0, Counters(), replicas=(row,))
     with redis.Redis.from_url(settings.REDIS_URL) as client:
-        # What the region's balancer appends to its live stream each second.
+        # What the region's balancer appends to its live stream each second (alone:
+        # a stack started earlier in the session may have left newer records).
+        client.delete(stream_key("us-east"))
         client.xadd(stream_key("us-east"), {FIELD: record.to_json()})
         try:
             html = staff.get("/console/replicas").content.decode()
