@@ -451,12 +451,44 @@ class BalancerRuntime:
     async def close(self) -> None:
         for task in self._tasks:
             task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-        await self.kv.close()
-        await self.prober.close()
-        await self.client.aclose()
-        await self.upstream.aclose()
-        await self.peers.close()
+        tasks = self._tasks
+        await close_in_order(
+            [
+                ("background loops", lambda: asyncio.gather(*tasks, return_exceptions=True)),
+                ("KV-event streams", self.kv.close),
+                ("replica prober", self.prober.close),
+                ("HTTP client", self.client.aclose),
+                ("upstream pool", self.upstream.aclose),
+                ("peer heartbeats", self.peers.close),
+            ],
+            timeout_s=CLOSE_STEP_TIMEOUT_S,
+        )
+
+
+# A shutdown step that outlives this is logged and left behind: a balancer told to
+# stop must stop, whatever one dependency is waiting for.
+CLOSE_STEP_TIMEOUT_S = 5.0
+
+
+async def close_in_order(
+    steps: list[tuple[str, Callable[[], Awaitable[object]]]], *, timeout_s: float
+) -> list[str]:
+    """Run each close step in turn, each bounded by ``timeout_s``; the names of the
+    steps that did not finish in time (logged with what the process was waiting on)."""
+    stuck: list[str] = []
+    for name, step in steps:
+        try:
+            await asyncio.wait_for(step(), timeout_s)
+        except TimeoutError:
+            stuck.append(name)
+            pending = [t.get_name() for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            logger.warning(
+                "shutdown: %s did not close within %.0f s; going on without it (tasks: %s)",
+                name,
+                timeout_s,
+                ", ".join(sorted(pending)) or "none",
+            )
+    return stuck
 
 
 _runtime: BalancerRuntime | None = None
