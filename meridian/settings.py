@@ -173,6 +173,15 @@ MERIDIAN_HEARTBEAT_TTL_S = env_float("MERIDIAN_HEARTBEAT_TTL_S", 5.0, minimum=0.
 MERIDIAN_UPSTREAM_CONNECT_TIMEOUT_S = env_float("MERIDIAN_UPSTREAM_CONNECT_TIMEOUT_S", 2.0)
 MERIDIAN_UPSTREAM_READ_TIMEOUT_S = env_float("MERIDIAN_UPSTREAM_READ_TIMEOUT_S", 300.0)
 MERIDIAN_MAX_ATTEMPTS = env_int("MERIDIAN_MAX_ATTEMPTS", 3, minimum=1)
+# A retry waits a random time up to min(MAX, BACKOFF * 2^(n-1)) first (routing.core.backoff).
+MERIDIAN_RETRY_BACKOFF_S = env_float("MERIDIAN_RETRY_BACKOFF_S", 0.025, minimum=0.0)
+MERIDIAN_RETRY_BACKOFF_MAX_S = env_float("MERIDIAN_RETRY_BACKOFF_MAX_S", 0.5, minimum=0.0)
+# Per-replica circuit breaker (routing.core.breaker): after a failure the replica is held
+# down (doubling while it keeps failing, up to MAX), then READMIT_PROBES good probes in a
+# row readmit it.
+MERIDIAN_BREAKER_HOLD_DOWN_S = env_float("MERIDIAN_BREAKER_HOLD_DOWN_S", 1.0, minimum=0.0)
+MERIDIAN_BREAKER_MAX_HOLD_DOWN_S = env_float("MERIDIAN_BREAKER_MAX_HOLD_DOWN_S", 30.0, minimum=0.0)
+MERIDIAN_BREAKER_READMIT_PROBES = env_int("MERIDIAN_BREAKER_READMIT_PROBES", 2, minimum=1)
 # Celery beat periods (seconds).
 MERIDIAN_PROBE_PERIOD_S = env_float("MERIDIAN_PROBE_PERIOD_S", 5.0, minimum=0.5)
 MERIDIAN_PROBE_FAILURE_THRESHOLD = env_int("MERIDIAN_PROBE_FAILURE_THRESHOLD", 2, minimum=1)
