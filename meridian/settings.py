@@ -170,7 +170,12 @@ MERIDIAN_PROBE_INTERVAL_S = env_float("MERIDIAN_PROBE_INTERVAL_S", 0.25, minimum
 MERIDIAN_PROBE_TIMEOUT_S = env_float("MERIDIAN_PROBE_TIMEOUT_S", 1.0, minimum=0.05)
 MERIDIAN_HEARTBEAT_INTERVAL_S = env_float("MERIDIAN_HEARTBEAT_INTERVAL_S", 1.0, minimum=0.1)
 MERIDIAN_HEARTBEAT_TTL_S = env_float("MERIDIAN_HEARTBEAT_TTL_S", 5.0, minimum=0.5)
-MERIDIAN_UPSTREAM_CONNECT_TIMEOUT_S = env_float("MERIDIAN_UPSTREAM_CONNECT_TIMEOUT_S", 2.0)
+# The connect timeout also covers the wait for the event loop to get to the connect: on a
+# busy balancer a burst's connects queue behind the burst itself, so it is not tight.
+MERIDIAN_UPSTREAM_CONNECT_TIMEOUT_S = env_float("MERIDIAN_UPSTREAM_CONNECT_TIMEOUT_S", 5.0)
+# Idle keep-alive connections kept open to every healthy replica (opened after each probe
+# round), so a burst on a cold pool does not open one connection per request at once.
+MERIDIAN_UPSTREAM_WARM_CONNECTIONS = env_int("MERIDIAN_UPSTREAM_WARM_CONNECTIONS", 8, minimum=0)
 MERIDIAN_UPSTREAM_READ_TIMEOUT_S = env_float("MERIDIAN_UPSTREAM_READ_TIMEOUT_S", 300.0)
 MERIDIAN_MAX_ATTEMPTS = env_int("MERIDIAN_MAX_ATTEMPTS", 3, minimum=1)
 # A retry waits a random time up to min(MAX, BACKOFF * 2^(n-1)) first (routing.core.backoff).

@@ -112,6 +112,7 @@ class BalancerConfig:
     retry_after_s: int
     peer_queue_buffer: int
     probe_stale_s: float = 2.0
+    upstream_warm_connections: int = 8
     retry_backoff_s: float = 0.025
     retry_backoff_max_s: float = 0.5
     breaker_hold_down_s: float = 1.0
@@ -158,6 +159,7 @@ class BalancerConfig:
             retry_after_s=s.MERIDIAN_RETRY_AFTER_S,
             peer_queue_buffer=s.MERIDIAN_PEER_QUEUE_BUFFER,
             probe_stale_s=s.MERIDIAN_PROBE_STALE_S,
+            upstream_warm_connections=s.MERIDIAN_UPSTREAM_WARM_CONNECTIONS,
             retry_backoff_s=s.MERIDIAN_RETRY_BACKOFF_S,
             retry_backoff_max_s=s.MERIDIAN_RETRY_BACKOFF_MAX_S,
             breaker_hold_down_s=s.MERIDIAN_BREAKER_HOLD_DOWN_S,
@@ -363,12 +365,21 @@ class BalancerRuntime:
                 f"topology could not be loaded ({exc})", self.config.retry_after_s
             ) from exc
 
+    async def _probe_and_warm(self) -> None:
+        """A probe round, then keep ``upstream_warm_connections`` idle connections open
+        to every healthy replica, so a burst finds the pool warm."""
+        await self.prober.probe_all()
+        want = self.config.upstream_warm_connections
+        if want > 0:
+            healthy = [t.url for t in self.router.targets() if t.healthy]
+            await asyncio.gather(*(self.upstream.warm(url, want) for url in healthy))
+
     async def _first_start(self) -> None:
         await self.refresh_topology(raise_errors=True)
-        await self.prober.probe_all()
+        await self._probe_and_warm()
         self._tasks = [
             self._spawn("topology", self.config.topology_refresh_s, self.refresh_topology),
-            self._spawn("probe", self.config.probe_interval_s, self.prober.probe_all),
+            self._spawn("probe", self.config.probe_interval_s, self._probe_and_warm),
             self._spawn("availability", self.config.availability_interval_s, self.poller.poll_all),
             self._spawn("heartbeat", self.config.heartbeat_interval_s, self.exchange_heartbeats),
             self._spawn("kv-subscribe", self.config.topology_refresh_s, self.kv.reconcile),
