@@ -8,7 +8,8 @@ so the verdict can be tested against its own numbers.
   machine) is a late reaction, and a late reaction fails the drill, always.
 * ``traffic_share``: how an operator sees a slowed replica being avoided, from the
   balancer's own counters: the replica's share of the requests dispatched since
-  the fault, against the fair share it would get among its model's replicas.
+  the fault, against the share it had before (or, with too little traffic before,
+  its fair share among its model's replicas).
 * ``DrillReport`` and ``render``: what every drill prints, the same way for all
   kinds: what was measured, the reaction against its bound, the verdict and why,
   the timeline and the request counts on each side of the reaction.
@@ -32,7 +33,7 @@ MEASURES: Mapping[str, str] = {
     "kill-balancer": "seconds from SIGKILL until a live balancer routes every replica it owned",
     "slow-replica": (
         "seconds from the slowdown until the replica's share of the requests its "
-        "balancers dispatched fell below half its fair share"
+        "balancers dispatched fell below half the share it had before"
     ),
     "partition": "seconds from the cut until each region reports the other not alive",
     "redis-outage": "seconds from the pause until every live balancer reports Redis unreachable",
@@ -74,11 +75,14 @@ def judge(
 
 @dataclass(frozen=True, slots=True)
 class Share:
-    """The slowed replica's part of what was dispatched since the fault."""
+    """The slowed replica's part of what was dispatched since the fault, against
+    what it usually gets: its share before the fault when enough was dispatched
+    before to tell (``usual``), else its fair share among the model's replicas."""
 
-    dispatched: int  # to every replica of the model
+    dispatched: int  # to every replica of the model, since the fault
     to_replica: int
     replicas: int
+    usual: float | None = None
 
     @property
     def share(self) -> float:
@@ -88,28 +92,43 @@ class Share:
     def fair(self) -> float:
         return 1.0 / self.replicas if self.replicas else 0.0
 
-    def moved_away(self, *, min_dispatched: int, below_fair: float = 0.5) -> bool:
-        """Enough requests were dispatched to tell, and the replica got less than
-        ``below_fair`` of its fair share of them."""
+    @property
+    def reference(self) -> float:
+        return self.usual if self.usual is not None else self.fair
+
+    def moved_away(self, *, min_dispatched: int, fraction: float = 0.5) -> bool:
+        """Enough requests were dispatched since the fault to tell, and the replica
+        got less than ``fraction`` of the share it usually gets."""
         if self.replicas < 2 or self.dispatched < min_dispatched:
             return False
-        return self.share < self.fair * below_fair
+        return self.share < self.reference * fraction
 
     def describe(self, name: str) -> str:
+        usual = (
+            f"{self.usual:.0%} before it"
+            if self.usual is not None
+            else f"fair share {self.fair:.0%} of {self.replicas}"
+        )
         return (
             f"{name} got {self.to_replica} of {self.dispatched} requests dispatched since "
-            f"the fault ({self.share:.0%}; fair share {self.fair:.0%} of {self.replicas})"
+            f"the fault ({self.share:.0%}; {usual})"
         )
 
 
-def traffic_share(before: Mapping[str, int], now: Mapping[str, int], name: str) -> Share | None:
-    """``before`` and ``now``: requests dispatched per replica of one model (finished
-    plus outstanding, the balancer's own counters).  None when ``name`` is not among
-    them.  A replica missing from ``before`` started from zero."""
+def traffic_share(
+    before: Mapping[str, int], now: Mapping[str, int], name: str, *, min_before: int = 1
+) -> Share | None:
+    """``before`` (at the fault) and ``now``: requests dispatched per replica of one
+    model so far (finished plus outstanding, the balancer's own counters).  None
+    when ``name`` is not among them; a replica missing from ``before`` started from
+    zero.  The share before the fault counts when at least ``min_before`` requests
+    were dispatched before it."""
     if name not in now:
         return None
     delta = {r: max(0, n - before.get(r, 0)) for r, n in now.items()}
-    return Share(sum(delta.values()), delta[name], len(now))
+    total_before = sum(before.get(r, 0) for r in now)
+    usual = before.get(name, 0) / total_before if total_before >= min_before else None
+    return Share(sum(delta.values()), delta[name], len(now), usual)
 
 
 @dataclass(frozen=True, slots=True)

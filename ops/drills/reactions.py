@@ -11,7 +11,7 @@ of a drill is the moment clients' requests stop reaching the broken thing.
   back).
 * ``TrafficMovedAway``: traffic left a slowed replica, as an operator sees it on
   the balancers' own per-replica counters: its share of the requests dispatched
-  since the fault fell below half its fair share among its model's replicas.
+  since the fault fell below half the share it had before the fault.
   (Internal load signals can say "loaded" while traffic still flows to it, and
   traffic can move while no single poll catches the load: the share is the fact.)
 """
@@ -109,7 +109,8 @@ def dispatched_by_replica(urls: Iterable[str], name: str) -> dict[str, int] | No
 
 class TrafficMovedAway:
     """Reacted when the slowed replica's share of the requests dispatched since the
-    fault fell below half its fair share: what an operator sees on the balancer's
+    fault fell below half the share it had before (its fair share when too little
+    was dispatched before to tell): what an operator sees on the balancer's
     per-replica request counters (``ops.drills.judging.traffic_share``).
 
     ``mark`` takes the counters at injection; a check before any mark takes them
@@ -129,7 +130,7 @@ class TrafficMovedAway:
             return Reaction(False, "no balancer answers")
         if self.before is None:
             self.before = now
-        share = traffic_share(self.before, now, self.name)
+        share = traffic_share(self.before, now, self.name, min_before=self.min_dispatched)
         if share is None:
             return Reaction(False, f"no balancer routes {self.name}")
         moved = share.moved_away(min_dispatched=self.min_dispatched)

@@ -100,8 +100,9 @@ class _Drill:
         deadline is read *after* each check: a check started in time that answers
         late (a slow poll on a busy machine) is recorded with the time it answered,
         and ``judge`` fails a reaction past its bound."""
+        last = None
         while not self.stop.is_set():
-            reaction = self.plan.check()
+            reaction = last = self.plan.check()
             answered = time.monotonic()
             self.follow_clients(timeline)
             if reaction.reacted:
@@ -115,7 +116,9 @@ class _Drill:
             if answered - injected_at > self.plan.bound_s:
                 break
             self.stop.wait(self.options.poll_s)
-        timeline.add(f"routing did not react within {self.plan.bound_s:.1f}s")
+        # What the check saw last: the measurement that fell short.
+        seen = f": last check saw {last.detail}" if last is not None else ""
+        timeline.add(f"routing did not react within {self.plan.bound_s:.1f}s{seen}")
 
     def converge(self, timeline: Timeline) -> None:
         check = self.plan.converge

@@ -72,14 +72,15 @@ class Breaker:
         """A request or the probes found the replica broken: open (again)."""
         if self.state is BreakerState.OPEN:
             # Still held down: the hold-down runs from the latest failure.
-            self.open_until = max(self.open_until, now + self.hold_down_at_last_trip())
+            self.open_until = max(self.open_until, now + self._current_hold_down())
             return
         self.open_until = now + self.hold_down()
         self.trips += 1
         self.state = BreakerState.OPEN
         self.good_probes = 0
 
-    def hold_down_at_last_trip(self) -> float:
+    def _current_hold_down(self) -> float:
+        """The hold-down the breaker got when it last opened."""
         c = self.config
         return min(c.max_hold_down_s, c.hold_down_s * 2.0 ** max(0, self.trips - 1))
 

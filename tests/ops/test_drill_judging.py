@@ -50,21 +50,31 @@ def test_no_reaction_convergence_and_abort() -> None:
 
 def test_traffic_share_sees_a_replica_left_alone() -> None:
     before = {"a": 10, "b": 10, "c": 10}
-    share = traffic_share(before, {"a": 30, "b": 29, "c": 11}, "c")
+    share = traffic_share(before, {"a": 30, "b": 29, "c": 11}, "c", min_before=8)
     assert share is not None
     assert (share.dispatched, share.to_replica, share.replicas) == (40, 1, 3)
     assert share.moved_away(min_dispatched=20)
-    assert "c got 1 of 40" in share.describe("c")
+    assert "c got 1 of 40" in share.describe("c") and "33% before it" in share.describe("c")
+
+
+def test_a_favourite_losing_most_of_its_traffic_has_moved_even_above_its_fair_share() -> None:
+    # Least-load sent ties to r1 before the fault; slowed, it keeps 31 %, not 98 %.
+    share = traffic_share({"r1": 49, "r2": 1, "r3": 0}, {"r1": 63, "r2": 17, "r3": 15}, "r1")
+    assert share is not None and share.usual == pytest.approx(0.98)
+    assert share.moved_away(min_dispatched=8)
 
 
 def test_traffic_share_needs_enough_requests_and_a_real_drop() -> None:
     even = traffic_share({}, {"a": 10, "b": 10, "c": 9}, "c")
-    assert even is not None and not even.moved_away(min_dispatched=20)
+    assert even is not None and even.usual is None and not even.moved_away(min_dispatched=20)
     few = traffic_share({}, {"a": 3, "b": 3, "c": 0}, "c")
     assert few is not None and not few.moved_away(min_dispatched=20)
     alone = traffic_share({}, {"c": 0}, "c")
     assert alone is not None and not alone.moved_away(min_dispatched=0)
     assert traffic_share({}, {"a": 1}, "c") is None
+    # Too little before the fault to know its usual share: the fair share stands in.
+    thin = traffic_share({"a": 1, "c": 1}, {"a": 21, "c": 3}, "c", min_before=8)
+    assert thin is not None and thin.usual is None and thin.moved_away(min_dispatched=8)
 
 
 def test_every_report_says_what_it_measured_and_why_it_judged_so() -> None:

@@ -59,7 +59,9 @@ def test_no_reaction_within_the_bound() -> None:
     drill, _ = plan(lambda: Reaction(False, "still there"), bound_s=0.1)
     run = run_drill(drill, DrillOptions(poll_s=0.01))
     assert (run.outcome, run.reaction_s) == (DrillRun.Outcome.NO_REACTION, None)
-    assert "routing did not react within 0.1s" in [e["event"] for e in run.timeline]
+    assert "routing did not react within 0.1s: last check saw still there" in [
+        e["event"] for e in run.timeline
+    ]
 
 
 @pytest.mark.django_db
