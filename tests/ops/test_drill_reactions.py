@@ -40,8 +40,7 @@ def test_traffic_leaving_the_slow_replica_is_a_reaction(balancer: FakeServer) ->
     reaction = check()
     assert reaction.reacted
     assert (
-        reaction.detail
-        == "r1 got 3 of 23 requests dispatched since the fault (13%; 33% before it)"
+        reaction.detail == "r1 got 3 of 23 requests dispatched since the fault (13%; 33% before it)"
     )
 
 
