@@ -366,8 +366,8 @@ class BalancerRuntime:
             ) from exc
 
     async def _probe_and_warm(self) -> None:
-        """A probe round, then keep ``upstream_warm_connections`` idle connections open
-        to every healthy replica, so a burst finds the pool warm."""
+        """A probe round, then keep ``upstream_warm_connections`` connections open (busy
+        or idle) to every healthy replica, so a burst finds the pool warm."""
         await self.prober.probe_all()
         want = self.config.upstream_warm_connections
         if want > 0:
