@@ -36,7 +36,12 @@ Terms (seconds unless said), and where each number comes from:
   behind the queued work, plus one step and the round trip.
 * ``harm(r) = harm_weight * U(r) * p(r) * D(r)``: chunked prefill shares steps
   with the ``D(r)`` requests decoding on ``r`` (first token seen, not
-  finished), and each of them is delayed by this prompt's prefill time.
+  finished), and each of them is delayed by this prompt's prefill time (a
+  step carrying a prefill chunk lasts as long as the chunk).  ``harm_weight``
+  is 1: a second of someone else's delay counts as much as one of this
+  request's own wait.  At 0.1 a cold replica's prefill looked nearly free to
+  the fleet, so the model gave up hits (and forwarded) to save a little of
+  its own TTFT; in a closed loop that recomputation is what caps throughput.
 * ``pressure(r)``: PreServe's load anticipation (§4.3.1): ``K(r)``, the KV
   tokens ``r`` will hold over the next ``lookahead_tokens`` decode steps, is
   the sum over its in-flight requests of ``prompt + min(predicted output,
@@ -73,11 +78,28 @@ the balancer holds a request back at most about that long plus one probe
 interval, never until a queue deadline that a blindly pushing least-load
 balancer would have served within.
 
-Peer ``g``: ``rtt(g) + estimate(g) + step_s + prompt * p`` where ``rtt(g)`` is
-the configured round trip, ``estimate(g)`` the queueing seconds that region
-reports for itself in its availability heartbeat, and every prompt token
-counts as uncached (this region cannot see the peer's caches).  A region's
-``region_estimate`` is the least ``Q(r) * p(r)`` over its healthy replicas.
+Peer ``g``: priced with the same terms as a replica, seen from here:
+
+* its time to first token, ``rtt(g) + estimate(g) + step_s + prompt * p``:
+  ``rtt(g)`` is the configured round trip, ``estimate(g)`` the seconds that
+  region reports for itself in its availability heartbeat, and every prompt
+  token counts as uncached (this region cannot see the peer's caches);
+* its harm, ``harm_weight * prompt * p * D``: the peer's decoding requests are
+  not reported, so ``D`` is the mean over this region's replicas (regions
+  serve one model on one fleet shape);
+* the locality it loses here: the later turns or branches of this request's
+  program still arrive here, where the replica that would have served it now
+  lacks its new tokens and its reply.  Each of them recomputes ``U_home +
+  predicted output`` tokens (``U_home``: this prompt's uncached tokens at the
+  cheapest local replica), priced like any prefill, ``(1 + harm_weight * D) *
+  p`` per token, times ``reuse``: how likely a later request is to extend this
+  one, learned as the share of each routed prompt that was already cached
+  (EWMA), so a workload of unique prompts pays nothing for forwarding.
+
+A region's ``region_estimate`` is what a typical request (mean prompt, mean
+output) would wait at its best healthy replica before its own prefill:
+``Q(r) * p(r) + pressure(r)``, the least over them, so a peer whose KV
+look-ahead is full does not look idle.
 
 Ties go to a replica before waiting before a peer, and among replicas to
 ``load_key`` order, so decisions are deterministic.
@@ -107,7 +129,7 @@ class MeridianConfig:
     kv_capacity_tokens: int = 32_768
     lookahead_tokens: int = 256
     default_output_tokens: int = 256
-    harm_weight: float = 0.1
+    harm_weight: float = 1.0
     block_tokens: int = 16
     max_blocks_per_target: int = 2048
     ewma_alpha: float = 0.2
@@ -167,6 +189,10 @@ class MeridianPolicy(PolicyBase):
         self.replicas: dict[str, ReplicaModel] = {}
         self.mean_output = float(self.config.default_output_tokens)
         self.mean_uncached = 0.0
+        self.mean_prompt = 0.0
+        # Share of a routed prompt already cached: how likely a request extends an earlier one.
+        self.reuse = 0.0
+        self.decoding_total = 0
 
     # -- the Policy interface -----------------------------------------------------------
 
@@ -185,6 +211,7 @@ class MeridianPolicy(PolicyBase):
         model.kv_tokens -= entry.kv_tokens
         if entry.prefilled:
             model.decoding -= 1
+            self.decoding_total -= 1
         else:
             model.queued_prefill -= entry.uncached
 
@@ -208,13 +235,18 @@ class MeridianPolicy(PolicyBase):
         if held_back and self.waives_admission(waited_s):
             # Waited long enough: held back or not, every replica is an option now.
             available, held_back = [*available, *held_back], ()
-        best = self._best_replica(request, available)
+        local = {t.target_id for t in available} | {t.target_id for t in held_back}
+        uncached = self.uncached_by_target(request, local)
+        best = self._best_replica(request, available, uncached)
         if held_back:
-            wait = self._best_wait(request, held_back, queued_ahead, len(available))
+            wait = self._best_wait(request, held_back, uncached, queued_ahead, len(available))
             if wait.cost_s < best.cost_s:
                 best = wait
         if peers:
-            peer = self._best_peer(request, peers)
+            # What a forward leaves behind: the best local match it does not extend.
+            # With no local replica at all there is no locality to lose (None).
+            home_uncached = min(uncached.values(), default=request.prompt_tokens) if local else None
+            peer = self._best_peer(request, peers, home_uncached)
             if peer.cost_s < best.cost_s:
                 best = peer
         if best.option is Option.REPLICA and best.target is not None:
@@ -229,7 +261,17 @@ class MeridianPolicy(PolicyBase):
         return waited_s >= self.config.wait_limit_s
 
     def region_estimate(self, targets: Sequence[TargetState]) -> float:
-        return min((self._queue_s(t.target_id) for t in targets if t.healthy), default=math.inf)
+        typical = round(self.mean_prompt) + min(
+            round(self.mean_output), self.config.lookahead_tokens
+        )
+        return min(
+            (
+                self._queue_s(t.target_id) + self._pressure_s(t, self._model(t.target_id), typical)
+                for t in targets
+                if t.healthy
+            ),
+            default=math.inf,
+        )
 
     def observe_first_token(
         self, request: RequestDescriptor, target_id: str, ttft_s: float
@@ -241,6 +283,7 @@ class MeridianPolicy(PolicyBase):
         entry.prefilled = True
         model.queued_prefill -= entry.uncached
         model.decoding += 1
+        self.decoding_total += 1
         work = entry.queued_ahead + entry.uncached
         if work < self.config.min_sample_tokens:
             return
@@ -290,14 +333,13 @@ class MeridianPolicy(PolicyBase):
         prefill_s = uncached * rate
         ttft = cfg.local_rtt_s + cfg.step_s + model.queued_prefill * rate + prefill_s
         harm = cfg.harm_weight * prefill_s * model.decoding
-        return ttft + harm + self._pressure_s(request, target, model)
+        return ttft + harm + self._pressure_s(target, model, self._kv_tokens(request))
 
-    def _pressure_s(
-        self, request: RequestDescriptor, target: TargetState, model: ReplicaModel
-    ) -> float:
+    def _pressure_s(self, target: TargetState, model: ReplicaModel, kv_tokens: int) -> float:
+        """Seconds until ``target`` frees room for ``kv_tokens`` more KV tokens."""
         cfg = self.config
         held = max(model.kv_tokens, int(target.kv_usage * cfg.kv_capacity_tokens))
-        overflow = held + self._kv_tokens(request) - cfg.kv_capacity_tokens
+        overflow = held + kv_tokens - cfg.kv_capacity_tokens
         if overflow <= 0:
             return 0.0
         # The held tokens drain as their requests finish decoding, over about one
@@ -310,11 +352,11 @@ class MeridianPolicy(PolicyBase):
             self.predicted_output(request), self.config.lookahead_tokens
         )
 
-    def _best_replica(self, request: RequestDescriptor, targets: Sequence[TargetState]) -> Choice:
+    def _best_replica(
+        self, request: RequestDescriptor, targets: Sequence[TargetState], uncached: dict[str, int]
+    ) -> Choice:
         if not targets:
             return Choice(Option.WAIT, None, math.inf)
-        by_id = {t.target_id: t for t in targets}
-        uncached = self.uncached_by_target(request, by_id)
         prompt = request.prompt_tokens
         best = min(
             targets,
@@ -330,10 +372,10 @@ class MeridianPolicy(PolicyBase):
         self,
         request: RequestDescriptor,
         held_back: Sequence[TargetState],
+        uncached: dict[str, int],
         queued_ahead: int,
         admitting: int,
     ) -> Choice:
-        uncached = self.uncached_by_target(request, {t.target_id for t in held_back})
         prompt = request.prompt_tokens
         replicas = max(1, admitting + len(held_back))
         best = math.inf
@@ -348,17 +390,28 @@ class MeridianPolicy(PolicyBase):
             best = min(best, cost)
         return Choice(Option.WAIT, None, best)
 
-    def _best_peer(self, request: RequestDescriptor, peers: Sequence[TargetState]) -> Choice:
+    def _best_peer(
+        self, request: RequestDescriptor, peers: Sequence[TargetState], home_uncached: int | None
+    ) -> Choice:
         cfg = self.config
-        prefill = request.prompt_tokens * self._mean_rate() + cfg.step_s
+        rate = self._mean_rate()
+        # Per-token price of prefill anywhere: its own wait plus its harm to decoders.
+        per_token = rate * (1.0 + cfg.harm_weight * self._mean_decoding())
+        here = request.prompt_tokens * per_token + cfg.step_s
+        lost = 0.0
+        if home_uncached is not None:
+            lost = self.reuse * (home_uncached + self.predicted_output(request)) * per_token
 
         def cost(peer: TargetState) -> float:
             rtt_ms = peer.extra.get("rtt_ms", math.inf)
             rtt = rtt_ms / 1000.0 if math.isfinite(rtt_ms) else math.inf
-            return rtt + peer.extra.get("estimate_s", 0.0) + prefill
+            return rtt + peer.extra.get("estimate_s", 0.0) + here + lost
 
         best = min(peers, key=lambda p: (cost(p), p.target_id))
         return Choice(Option.PEER, best, cost(best))
+
+    def _mean_decoding(self) -> float:
+        return self.decoding_total / len(self.replicas) if self.replicas else 0.0
 
     def _queue_s(self, target_id: str) -> float:
         model = self._model(target_id)
@@ -381,11 +434,16 @@ class MeridianPolicy(PolicyBase):
             model.kv_tokens -= previous.kv_tokens
             model.queued_prefill -= 0 if previous.prefilled else previous.uncached
             model.decoding -= 1 if previous.prefilled else 0
+            self.decoding_total -= 1 if previous.prefilled else 0
         entry = InFlight(uncached, self._kv_tokens(request), model.queued_prefill)
         model.inflight[request.request_id] = entry
         model.queued_prefill += uncached
         model.kv_tokens += entry.kv_tokens
         self.mean_uncached = self._ewma(self.mean_uncached, float(uncached))
+        prompt = request.prompt_tokens
+        self.mean_prompt = self._ewma(self.mean_prompt, float(prompt))
+        if prompt > 0:
+            self.reuse = self._ewma(self.reuse, 1.0 - uncached / prompt)
         self.tree.insert(request.block_hashes, target.target_id)
 
     def _model(self, target_id: str) -> ReplicaModel:

@@ -174,6 +174,40 @@ def test_forward_only_when_the_peer_is_genuinely_cheaper() -> None:
     assert pick.target is not None and pick.target.target_id == "y"
 
 
+def test_a_forward_pays_for_the_locality_it_leaves_behind() -> None:
+    config = MeridianConfig(ewma_alpha=1.0)
+    policy = MeridianPolicy(config)
+    home, near = target("home"), peer("eu", rtt_ms=80.0)
+    doc = prefix(1, 40)
+    policy.select(request(doc), [home])
+    # Home is held back behind seconds of queued prefill, so the peer is the choice.
+    policy.select(sized(8000, "huge"), [home])
+    follow_up = request(prefix(2, 4, doc))
+    # Nothing routed yet was cached: no later request is expected to reuse this one.
+    assert policy.reuse == 0.0
+    unlearned = policy.choose(follow_up, [], [home], [near]).cost_s
+    # A routed prompt that was 90 % cached teaches that most requests extend an earlier one.
+    policy.select(request(prefix(3, 4, doc)), [home])
+    assert policy.reuse == pytest.approx(1 - 64 / 704)
+    learned = policy.choose(follow_up, [], [home], [near])
+    # The follow-up would leave 64 new tokens and its reply missing at home.
+    lost = policy.reuse * (64 + policy.predicted_output(follow_up)) * RATE
+    assert learned.option is Option.PEER
+    assert learned.cost_s - unlearned == pytest.approx(lost)
+
+
+def test_a_peer_pays_harm_to_its_decoders_like_a_replica() -> None:
+    policy = MeridianPolicy()
+    local, near = target("local"), peer("eu", rtt_ms=80.0)
+    idle = policy.choose(sized(500, "a"), [], [], [near]).cost_s
+    busy = sized(100, "busy")
+    policy.select(busy, [local])
+    policy.observe_first_token(busy, "local", on_profile(100))
+    # One request decoding on the one local replica: the fleet's mean is one decoder.
+    harmed = policy.choose(sized(500, "b"), [], [], [near]).cost_s
+    assert harmed - idle == pytest.approx(policy.config.harm_weight * 500 * RATE)
+
+
 def test_no_option_at_all_is_an_infinite_wait() -> None:
     choice = MeridianPolicy().choose(sized(10, "n"), [], [], [])
     assert choice.option is Option.WAIT and math.isinf(choice.cost_s)
@@ -216,6 +250,19 @@ def test_region_estimate_is_the_least_queued_prefill_time() -> None:
     a.healthy = False
     assert policy.region_estimate([a, b]) == pytest.approx(2000 * RATE)
     assert math.isinf(policy.region_estimate([]))
+
+
+def test_region_estimate_counts_the_kv_look_ahead_of_a_typical_request() -> None:
+    config = MeridianConfig(kv_capacity_tokens=4096, lookahead_tokens=100, ewma_alpha=1.0)
+    policy = MeridianPolicy(config)
+    a = target("a")
+    first = sized(3900, "r1", output=500)
+    policy.select(first, [a])
+    policy.observe_first_token(first, "a", on_profile(3900))
+    # Nothing queued, but a typical request (3,900 + 100 tokens) overflows the KV.
+    overflow = 4000 + 4000 - 4096
+    lifetime = policy.mean_output * config.itl_s
+    assert policy.region_estimate([a]) == pytest.approx(overflow * lifetime / 4000)
 
 
 def test_targets_that_left_are_forgotten() -> None:
