@@ -50,8 +50,9 @@ Terms (seconds unless said), and where each number comes from:
   min(pred, L) - kv_capacity_tokens`` tokens do not fit: the engine holds the
   newcomer (or preempts a running request) until that much KV is freed.  The
   held KV drains as its requests finish, over about one request lifetime
-  (mean output x ``itl(r)``), so ``pressure(r) = overflow * mean output *
-  itl(r) / K(r)`` when ``overflow > 0``, else 0.
+  there (``out(r) x itl(r)``, ``out(r)`` the EWMA of output lengths finished
+  on ``r``), so ``pressure(r) = overflow * out(r) * itl(r) / K(r)`` when
+  ``overflow > 0``, else 0.
 * Predicted output length: ``request.predicted_output_tokens`` when a
   predictor filled it in, else the mean output length this balancer has seen
   (EWMA, starting at ``default_output_tokens``), capped by ``max_tokens``.
@@ -108,12 +109,16 @@ Ties go to a replica before waiting before a peer, and among replicas to
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Sequence
+from bisect import bisect_left, insort
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
+from operator import attrgetter
 
 from routing.core.policy import Choice, Option, PolicyBase, load_key
 from routing.core.radix_tree import RadixTree
 from routing.core.types import RequestDescriptor, TargetState
+
+_TARGET_ID = attrgetter("target_id")
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,6 +179,7 @@ class ReplicaModel:
 
     prefill_s_per_token: float
     itl_s: float
+    mean_output: float
     queued_prefill: int = 0
     kv_tokens: int = 0
     decoding: int = 0
@@ -193,6 +199,12 @@ class MeridianPolicy(PolicyBase):
         # Share of a routed prompt already cached: how likely a request extends an earlier one.
         self.reuse = 0.0
         self.decoding_total = 0
+        # Replicas by the floor of their cost (queued prefill seconds plus the KV
+        # pressure of their ledger), kept sorted as ledgers change, and the least
+        # prefill rate: together a lower bound on any cold replica's cost.
+        self._by_floor: list[tuple[float, str]] = []
+        self._floor_key: dict[str, tuple[float, str]] = {}
+        self._least_rate = self.config.prefill_s_per_token
 
     # -- the Policy interface -----------------------------------------------------------
 
@@ -214,11 +226,18 @@ class MeridianPolicy(PolicyBase):
             self.decoding_total -= 1
         else:
             model.queued_prefill -= entry.uncached
+        self._reindex(target.target_id, model)
 
     def on_targets_changed(self, target_ids: Sequence[str]) -> None:
         keep = set(target_ids)
         self.tree.retain_tenants(keep)
         self.replicas = {k: v for k, v in self.replicas.items() if k in keep}
+        self.decoding_total = sum(m.decoding for m in self.replicas.values())
+        self._by_floor = sorted(k for k in self._by_floor if k[1] in keep)
+        self._floor_key = {k[1]: k for k in self._by_floor}
+        self._least_rate = self._lowest_rate()
+        for target_id in target_ids:
+            self._model(target_id)
 
     # -- the CostModel interface --------------------------------------------------------
 
@@ -235,11 +254,14 @@ class MeridianPolicy(PolicyBase):
         if held_back and self.waives_admission(waited_s):
             # Waited long enough: held back or not, every replica is an option now.
             available, held_back = [*available, *held_back], ()
-        local = {t.target_id for t in available} | {t.target_id for t in held_back}
+        # Built in C (dict over zip): at 512 targets a comprehension is a third of a decision.
+        admitting = dict(zip(map(_TARGET_ID, available), available))
+        waiting = dict(zip(map(_TARGET_ID, held_back), held_back))
+        local = admitting.keys() | waiting.keys() if waiting else admitting.keys()
         uncached = self.uncached_by_target(request, local)
-        best = self._best_replica(request, available, uncached)
+        best = self._best_replica(request, admitting, uncached)
         if held_back:
-            wait = self._best_wait(request, held_back, uncached, queued_ahead, len(available))
+            wait = self._best_wait(request, waiting, uncached, queued_ahead, len(available))
             if wait.cost_s < best.cost_s:
                 best = wait
         if peers:
@@ -250,7 +272,8 @@ class MeridianPolicy(PolicyBase):
             if peer.cost_s < best.cost_s:
                 best = peer
         if best.option is Option.REPLICA and best.target is not None:
-            self._record(request, best.target)
+            tokens = uncached.get(best.target.target_id, request.prompt_tokens)
+            self._record(request, best.target, tokens)
         return best
 
     def admits(self, target: TargetState) -> bool:
@@ -285,12 +308,14 @@ class MeridianPolicy(PolicyBase):
         model.decoding += 1
         self.decoding_total += 1
         work = entry.queued_ahead + entry.uncached
-        if work < self.config.min_sample_tokens:
-            return
-        cfg = self.config
-        sample = max(0.0, ttft_s - cfg.local_rtt_s - cfg.step_s) / work
-        sample = _clamp(sample, cfg.prefill_s_per_token / 8, cfg.prefill_s_per_token * 8)
-        model.prefill_s_per_token = self._ewma(model.prefill_s_per_token, sample)
+        if work >= self.config.min_sample_tokens:
+            cfg = self.config
+            sample = max(0.0, ttft_s - cfg.local_rtt_s - cfg.step_s) / work
+            sample = _clamp(sample, cfg.prefill_s_per_token / 8, cfg.prefill_s_per_token * 8)
+            model.prefill_s_per_token = self._ewma(model.prefill_s_per_token, sample)
+            # Off the decision path (a response arrived): a full scan is affordable here.
+            self._least_rate = self._lowest_rate()
+        self._reindex(target_id, model)
 
     def observe_finish(
         self, request: RequestDescriptor, target_id: str, decode_s: float, output_tokens: int
@@ -299,12 +324,15 @@ class MeridianPolicy(PolicyBase):
             return
         self.mean_output = self._ewma(self.mean_output, float(output_tokens))
         model = self.replicas.get(target_id)
-        if model is None or output_tokens < 2:
+        if model is None:
             return
-        sample = _clamp(
-            decode_s / (output_tokens - 1), self.config.itl_s / 8, self.config.itl_s * 8
-        )
-        model.itl_s = self._ewma(model.itl_s, sample)
+        model.mean_output = self._ewma(model.mean_output, float(output_tokens))
+        if output_tokens >= 2:
+            sample = _clamp(
+                decode_s / (output_tokens - 1), self.config.itl_s / 8, self.config.itl_s * 8
+            )
+            model.itl_s = self._ewma(model.itl_s, sample)
+        self._reindex(target_id, model)
 
     # -- pricing ------------------------------------------------------------------------
 
@@ -327,13 +355,16 @@ class MeridianPolicy(PolicyBase):
 
     def replica_cost(self, request: RequestDescriptor, target: TargetState, uncached: int) -> float:
         """ttft + harm + pressure of sending ``request`` to ``target`` now."""
-        cfg = self.config
         model = self._model(target.target_id)
+        return self._cost(model, target, uncached, self._kv_tokens(request))
+
+    def _cost(self, model: ReplicaModel, target: TargetState, uncached: int, kv: int) -> float:
+        cfg = self.config
         rate = model.prefill_s_per_token
         prefill_s = uncached * rate
         ttft = cfg.local_rtt_s + cfg.step_s + model.queued_prefill * rate + prefill_s
         harm = cfg.harm_weight * prefill_s * model.decoding
-        return ttft + harm + self._pressure_s(target, model, self._kv_tokens(request))
+        return ttft + harm + self._pressure_s(target, model, kv)
 
     def _pressure_s(self, target: TargetState, model: ReplicaModel, kv_tokens: int) -> float:
         """Seconds until ``target`` frees room for ``kv_tokens`` more KV tokens."""
@@ -343,9 +374,9 @@ class MeridianPolicy(PolicyBase):
         if overflow <= 0:
             return 0.0
         # The held tokens drain as their requests finish decoding, over about one
-        # request lifetime (mean output x itl): the overflow frees in that share of it.
-        lifetime_s = self.mean_output * model.itl_s
-        return overflow * lifetime_s / held
+        # request lifetime there (its mean output x itl): the overflow frees in that
+        # share of it.
+        return overflow * model.mean_output * model.itl_s / held
 
     def _kv_tokens(self, request: RequestDescriptor) -> int:
         return request.prompt_tokens + min(
@@ -353,42 +384,79 @@ class MeridianPolicy(PolicyBase):
         )
 
     def _best_replica(
-        self, request: RequestDescriptor, targets: Sequence[TargetState], uncached: dict[str, int]
+        self, request: RequestDescriptor, targets: dict[str, TargetState], uncached: dict[str, int]
     ) -> Choice:
-        if not targets:
+        best, cost = self._cheapest(request, targets, uncached, 0.0)
+        if best is None:
             return Choice(Option.WAIT, None, math.inf)
-        prompt = request.prompt_tokens
-        best = min(
-            targets,
-            key=lambda t: (
-                self.replica_cost(request, t, uncached.get(t.target_id, prompt)),
-                load_key(t),
-            ),
-        )
-        cost = self.replica_cost(request, best, uncached.get(best.target_id, prompt))
         return Choice(Option.REPLICA, best, cost)
 
     def _best_wait(
         self,
         request: RequestDescriptor,
-        held_back: Sequence[TargetState],
+        held_back: dict[str, TargetState],
         uncached: dict[str, int],
         queued_ahead: int,
         admitting: int,
     ) -> Choice:
+        # replica_cost already counts all of Q(h): what waits here for h to admit is
+        # prefilled that much later at the engine, not twice.  What waiting adds is
+        # the requests queued ahead here, spread over the region's replicas.
+        ahead_tokens = queued_ahead * self.mean_uncached / max(1, admitting + len(held_back))
+        _, cost = self._cheapest(request, held_back, uncached, ahead_tokens)
+        return Choice(Option.WAIT, None, cost)
+
+    def _cheapest(
+        self,
+        request: RequestDescriptor,
+        by_id: dict[str, TargetState],
+        uncached: Mapping[str, int],
+        extra_tokens: float,
+    ) -> tuple[TargetState | None, float]:
+        """The target of least ``replica_cost + extra_tokens * p``, and that cost.
+
+        Prefix holders are priced one by one.  Cold targets (``U = prompt``) are
+        walked from an index kept sorted as ledgers change, by a floor no cost
+        can go under whatever the request: ``Q * p`` plus the KV pressure of the
+        ledger alone (pressure only grows with the newcomer's tokens and the
+        probe's usage).  The walk stops at the first target whose floor, plus
+        ``(prompt + extra_tokens) * least rate + step + rtt``, is no cheaper than
+        the best found (harm is never negative): a decision prices the holders
+        and the few cold targets that could win, not every candidate.  Holders
+        tie-break by ``load_key``; cold targets by the index (floor, then id).
+        """
+        if not by_id:
+            return None, math.inf
+        kv = self._kv_tokens(request)
+        best: TargetState | None = None
+        best_cost = math.inf
+        for target_id, tokens in uncached.items():
+            target = by_id.get(target_id)
+            if target is None:
+                continue
+            rate = self._model(target_id).prefill_s_per_token
+            cost = self._cost(self.replicas[target_id], target, tokens, kv)
+            cost += extra_tokens * rate
+            if best is None or (cost, load_key(target)) < (best_cost, load_key(best)):
+                best, best_cost = target, cost
+        if not self._floor_key.keys() >= by_id.keys():
+            for target_id in by_id.keys() - self._floor_key.keys():
+                self._model(target_id)  # a target never seen: index it (idle, default rates)
+        cfg = self.config
         prompt = request.prompt_tokens
-        replicas = max(1, admitting + len(held_back))
-        best = math.inf
-        for target in held_back:
-            rate = self._model(target.target_id).prefill_s_per_token
-            ahead = queued_ahead * self.mean_uncached * rate / replicas
-            # replica_cost already counts all of Q(h): what waits here for h to admit
-            # is prefilled that much later at the engine, not twice.
-            cost = ahead + self.replica_cost(
-                request, target, uncached.get(target.target_id, prompt)
-            )
-            best = min(best, cost)
-        return Choice(Option.WAIT, None, best)
+        floor = cfg.local_rtt_s + cfg.step_s + (prompt + extra_tokens) * self._least_rate
+        replicas = self.replicas
+        for least_s, target_id in self._by_floor:
+            if least_s + floor >= best_cost:
+                break
+            target = by_id.get(target_id)
+            if target is None or target_id in uncached:
+                continue
+            model = replicas[target_id]
+            cost = self._cost(model, target, prompt, kv) + extra_tokens * model.prefill_s_per_token
+            if cost < best_cost:
+                best, best_cost = target, cost
+        return best, best_cost
 
     def _best_peer(
         self, request: RequestDescriptor, peers: Sequence[TargetState], home_uncached: int | None
@@ -424,11 +492,8 @@ class MeridianPolicy(PolicyBase):
 
     # -- bookkeeping ----------------------------------------------------------------------
 
-    def _record(self, request: RequestDescriptor, target: TargetState) -> None:
+    def _record(self, request: RequestDescriptor, target: TargetState, uncached: int) -> None:
         model = self._model(target.target_id)
-        uncached = self.uncached_by_target(request, (target.target_id,)).get(
-            target.target_id, request.prompt_tokens
-        )
         previous = model.inflight.pop(request.request_id, None)
         if previous is not None:  # the same request again on the same replica (a retry)
             model.kv_tokens -= previous.kv_tokens
@@ -439,6 +504,7 @@ class MeridianPolicy(PolicyBase):
         model.inflight[request.request_id] = entry
         model.queued_prefill += uncached
         model.kv_tokens += entry.kv_tokens
+        self._reindex(target.target_id, model)
         self.mean_uncached = self._ewma(self.mean_uncached, float(uncached))
         prompt = request.prompt_tokens
         self.mean_prompt = self._ewma(self.mean_prompt, float(prompt))
@@ -449,9 +515,32 @@ class MeridianPolicy(PolicyBase):
     def _model(self, target_id: str) -> ReplicaModel:
         model = self.replicas.get(target_id)
         if model is None:
-            model = ReplicaModel(self.config.prefill_s_per_token, self.config.itl_s)
+            cfg = self.config
+            model = ReplicaModel(
+                cfg.prefill_s_per_token, cfg.itl_s, float(cfg.default_output_tokens)
+            )
             self.replicas[target_id] = model
+            self._least_rate = min(self._least_rate, model.prefill_s_per_token)
+            self._reindex(target_id, model)
         return model
+
+    def _reindex(self, target_id: str, model: ReplicaModel) -> None:
+        """Move ``target_id`` to its place by its cost floor (O(log n) search)."""
+        queued_s = model.queued_prefill * model.prefill_s_per_token
+        over = model.kv_tokens - self.config.kv_capacity_tokens
+        pressure_s = over * model.mean_output * model.itl_s / model.kv_tokens if over > 0 else 0.0
+        key = (queued_s + pressure_s, target_id)
+        old = self._floor_key.get(target_id)
+        if old == key:
+            return
+        if old is not None:
+            del self._by_floor[bisect_left(self._by_floor, old)]
+        insort(self._by_floor, key)
+        self._floor_key[target_id] = key
+
+    def _lowest_rate(self) -> float:
+        rates = (m.prefill_s_per_token for m in self.replicas.values())
+        return min(rates, default=self.config.prefill_s_per_token)
 
     def _ewma(self, current: float, sample: float) -> float:
         return current + self.config.ewma_alpha * (sample - current)

@@ -7,6 +7,7 @@ prompt token, 30 ms per step); requests are 16 tokens per block hash.
 from __future__ import annotations
 
 import math
+import random
 
 import pytest
 
@@ -269,7 +270,34 @@ def test_targets_that_left_are_forgotten() -> None:
     policy = MeridianPolicy()
     policy.select(request(prefix(1, 4)), [target("a")])
     policy.on_targets_changed(["b"])
-    assert policy.replicas == {} and policy.tree.tenants() == []
+    assert set(policy.replicas) == {"b"} and policy.tree.tenants() == []
+
+
+def test_the_indexed_walk_finds_the_cheapest_of_every_candidate() -> None:
+    rng = random.Random(7)
+    policy = MeridianPolicy(MeridianConfig(kv_capacity_tokens=20_000))
+    targets = [target(f"r{i:02d}") for i in range(40)]
+    for t in targets:
+        t.kv_usage = rng.random()
+    docs = [prefix(d, 8) for d in range(6)]
+    for n in range(300):
+        doc = rng.choice(docs)
+        r = request(prefix(1000 + n, rng.randrange(1, 30), doc))
+        chosen = policy.select(r, rng.sample(targets, 25))
+        assert chosen is not None
+        if rng.random() < 0.6:
+            policy.observe_first_token(r, chosen.target_id, rng.uniform(0.05, 3.0))
+        if rng.random() < 0.3:
+            policy.on_complete(r, chosen, ok=True)
+        # Brute force over the same candidates: no cheaper one was skipped.
+        probe = request(prefix(5000 + n, rng.randrange(1, 30), rng.choice(docs)))
+        candidates = rng.sample(targets, 30)
+        uncached = policy.uncached_by_target(probe, {t.target_id for t in candidates})
+        prompt = probe.prompt_tokens
+        costs = [
+            policy.replica_cost(probe, t, uncached.get(t.target_id, prompt)) for t in candidates
+        ]
+        assert policy.choose(probe, candidates, [], []).cost_s == pytest.approx(min(costs))
 
 
 def test_bad_config_is_refused() -> None:
