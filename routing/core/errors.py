@@ -125,6 +125,22 @@ def method_not_allowed(method: str, allowed: str) -> ApiError:
     )
 
 
+def internal_error() -> ApiError:
+    """A bug on the balancer's side: the client learns no detail, the log has it all."""
+    return ApiError(
+        500,
+        "The balancer failed to handle your request; it has been logged. Retry, and report "
+        "it to the operator if it persists.",
+        type=SERVER_ERROR,
+        code="internal_error",
+    )
+
+
+def request_refused_by_server(status: int) -> ApiError:
+    """Django refused the request before any view ran (an undecodable path or header)."""
+    return ApiError(status, "The request could not be read.", code="invalid_request")
+
+
 def not_a_balancer() -> ApiError:
     return ApiError(
         503,
