@@ -13,9 +13,11 @@ the console's session cookie.
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, ParamSpec, TypeVar
 
 from django.http import HttpRequest, HttpResponseBase
 from django.views.decorators.csrf import csrf_exempt
@@ -32,6 +34,9 @@ from routing.process import current_runtime, get_runtime
 
 if TYPE_CHECKING:
     from routing.runtime import BalancerRuntime
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 # Label for refusals whose model is not a configured one: client-chosen strings
 # must not become metric label values (unbounded cardinality).
@@ -102,7 +107,12 @@ async def admit(
 ) -> ProxyCall:
     authorization = authorize(request, runtime)
     body = read_body(request, runtime.config.max_body_bytes)
-    parsed = parse_request(body, endpoint)
+    # A large body is parsed, and its blocks hashed, in a worker thread: json.loads of
+    # a megabytes-long body and hashing its blocks each take tens of milliseconds,
+    # which inline would stall every other request on this event loop.  (Pure Python
+    # there yields the GIL every few milliseconds, so the loop keeps running.)
+    large = len(body) > runtime.encoders.thread_chars
+    parsed = await _maybe_in_thread(large, parse_request, body, endpoint)
     snapshot = runtime.snapshot
     try:
         # An adapter name routes among its base model's replicas (routing.core.lora).
@@ -116,7 +126,9 @@ async def admit(
     except TemplateError as exc:
         # The engine would refuse the conversation the same way (vLLM answers 400).
         raise errors.invalid_value("messages", f"The chat template refused it: {exc}") from None
-    descriptor = describe(
+    descriptor = await _maybe_in_thread(
+        large,
+        describe,
         parsed,
         tokens,
         request_id=request_id,
@@ -130,6 +142,14 @@ async def admit(
         lora=adapter,
     )
     return ProxyCall(parsed, descriptor, body, authorization, request_id, arrived)
+
+
+async def _maybe_in_thread(
+    offload: bool, function: Callable[P, R], *args: P.args, **kwargs: P.kwargs
+) -> R:
+    if offload:
+        return await asyncio.to_thread(function, *args, **kwargs)
+    return function(*args, **kwargs)
 
 
 def _request_id(request: HttpRequest) -> str:
