@@ -127,6 +127,14 @@ MERIDIAN_SERVE_STATIC = env_bool("MERIDIAN_SERVE_STATIC", True)
 # Request bodies: the proxy enforces its own limit (413) before Django's form parsing.
 MERIDIAN_MAX_BODY_BYTES = env_int("MERIDIAN_MAX_BODY_BYTES", 4 * 1024 * 1024, minimum=1024)
 DATA_UPLOAD_MAX_MEMORY_SIZE = MERIDIAN_MAX_BODY_BYTES + 1024
+# Slow or stalled clients on a balancer's port (uvicorn, routing.http_protocol): the
+# request line and headers must arrive within the header timeout, a body may pause at
+# most the body timeout between chunks, and an idle keep-alive connection closes
+# after the keep-alive timeout.  Headers past the byte limit are answered 431.
+MERIDIAN_HEADER_TIMEOUT_S = env_float("MERIDIAN_HEADER_TIMEOUT_S", 10.0, minimum=0.1)
+MERIDIAN_BODY_TIMEOUT_S = env_float("MERIDIAN_BODY_TIMEOUT_S", 30.0, minimum=0.1)
+MERIDIAN_KEEPALIVE_TIMEOUT_S = env_float("MERIDIAN_KEEPALIVE_TIMEOUT_S", 5.0, minimum=0.1)
+MERIDIAN_MAX_HEADER_BYTES = env_int("MERIDIAN_MAX_HEADER_BYTES", 32768, minimum=1024)
 
 REDIS_URL = env_str("REDIS_URL", "redis://127.0.0.1:6379/0")
 
