@@ -34,9 +34,10 @@ from django.http import HttpRequest, HttpResponseBase
 from django.urls import set_script_prefix
 
 from routing.asgi_types import ASGIApp, Receive, Scope, Send
-from routing.calls import HOP_HEADER, ROUTE_FORWARDED_IN, ROUTE_LOCAL
+from routing.calls import ROUTE_FORWARDED_IN, ROUTE_LOCAL
 from routing.core import errors
 from routing.errors import error_response
+from routing.internal_auth import forwarded_by_peer
 from routing.process import current_runtime
 
 API_PREFIX = "/v1/"
@@ -131,9 +132,11 @@ def _count_internal_error(request: HttpRequest) -> None:
     runtime = current_runtime()
     if runtime is None:
         return
-    route = ROUTE_FORWARDED_IN if request.headers.get(HOP_HEADER) else ROUTE_LOCAL
+    forwarded = forwarded_by_peer(request, runtime.config.internal_token)
     runtime.metrics.internal_errors.inc()
-    runtime.metrics.requests.inc(UNKNOWN_MODEL_LABEL, "500", route)
+    runtime.metrics.requests.inc(
+        UNKNOWN_MODEL_LABEL, "500", ROUTE_FORWARDED_IN if forwarded else ROUTE_LOCAL
+    )
 
 
 def _release(response: HttpResponseBase) -> None:

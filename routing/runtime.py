@@ -294,6 +294,7 @@ class BalancerRuntime:
             balancer=config.balancer,
             loop=loop,
             cache_view=self.cache_view,
+            internal_token=config.internal_token,
         )
         self.poller = AvailabilityPoller(
             self._report_fetch(), self.remote, on_error=self.metrics.availability_errors.inc

@@ -23,13 +23,14 @@ from django.http import HttpRequest, HttpResponseBase
 from django.views.decorators.csrf import csrf_exempt
 
 from fleet.models import hash_api_key
-from routing.calls import HOP_HEADER, ROUTE_FORWARDED_IN, ROUTE_LOCAL, ProxyCall
+from routing.calls import ROUTE_FORWARDED_IN, ROUTE_LOCAL, ProxyCall
 from routing.core import errors
 from routing.core.chat_template import TemplateError
 from routing.core.errors import ApiError
 from routing.core.lora import UnknownModelError, resolve_model
 from routing.core.openai_request import Endpoint, describe, parse_request, session_key
 from routing.errors import error_response
+from routing.internal_auth import forwarded_by_peer
 from routing.process import current_runtime, get_runtime
 
 if TYPE_CHECKING:
@@ -137,7 +138,7 @@ async def admit(
         ),
         # The base model's scheme: its replicas report the block size.
         scheme=runtime.block_schemes.scheme(model),
-        forwarded=bool(request.headers.get(HOP_HEADER)),
+        forwarded=forwarded_by_peer(request, runtime.config.internal_token),
         model=model,
         lora=adapter,
     )
@@ -167,5 +168,10 @@ def count_refusal(request: HttpRequest, error: ApiError, model: str = UNKNOWN_MO
     runtime = current_runtime()
     if runtime is None:
         return
-    route = ROUTE_FORWARDED_IN if request.headers.get(HOP_HEADER) else ROUTE_LOCAL
-    runtime.metrics.requests.inc(model, str(error.status), route)
+    runtime.metrics.requests.inc(model, str(error.status), request_route(request, runtime))
+
+
+def request_route(request: HttpRequest, runtime: BalancerRuntime) -> str:
+    """The ``route`` label of a request this balancer answers."""
+    forwarded = forwarded_by_peer(request, runtime.config.internal_token)
+    return ROUTE_FORWARDED_IN if forwarded else ROUTE_LOCAL

@@ -16,8 +16,6 @@ neither flake nor depend on how busy the machine is.
 
 from __future__ import annotations
 
-import asyncio
-import dataclasses
 import json
 from collections.abc import Iterator
 from typing import Any
@@ -26,19 +24,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fleet.models import hash_api_key
-from routing import runtime as runtime_module
-from routing.api_asgi import ApiASGIHandler
-from routing.body_limit import BodyLimitMiddleware
 from routing.core.openai_request import Endpoint
-from routing.runtime import BalancerRuntime
+from tests.support.api_app import AUTH, BODY_LIMIT, Api, serving_api
 from tests.support.balancers import MODEL
-from tests.support.inprocess import runtime_for
-from tests.support.loopback import Received, Reply
-from tests.support.upstreams import OK_BODY, Upstreams
 
-KEY = "mk-fuzz"
-BODY_LIMIT = 1 << 16
 FUZZ = settings(
     derandomize=True,
     deadline=None,
@@ -47,133 +36,11 @@ FUZZ = settings(
 )
 
 
-@dataclasses.dataclass
-class Answer:
-    status: int
-    headers: dict[bytes, bytes]
-    body: bytes
-
-
-class Api:
-    """The ``/v1`` ASGI application with a live runtime, driven from sync tests."""
-
-    def __init__(self, loop: asyncio.AbstractEventLoop, runtime: BalancerRuntime) -> None:
-        self.loop = loop
-        self.runtime = runtime
-        self.app = BodyLimitMiddleware(ApiASGIHandler(), BODY_LIMIT)
-
-    def call(
-        self,
-        method: str,
-        path: str,
-        body: bytes = b"",
-        headers: list[tuple[bytes, bytes]] | None = None,
-    ) -> Answer:
-        answer = self.loop.run_until_complete(self._call(method, path, body, headers or []))
-        self._check(answer)
-        return answer
-
-    async def _call(
-        self, method: str, path: str, body: bytes, headers: list[tuple[bytes, bytes]]
-    ) -> Answer:
-        scope = {
-            "type": "http",
-            "asgi": {"version": "3.0"},
-            "http_version": "1.1",
-            "method": method,
-            "scheme": "http",
-            "path": path,
-            "raw_path": path.encode("utf-8", "surrogateescape"),
-            "root_path": "",
-            "query_string": b"",
-            "headers": headers,
-            "client": ("127.0.0.1", 50000),
-            "server": ("127.0.0.1", 8000),
-        }
-        delivered = asyncio.Event()
-        finished = asyncio.Event()
-        sent: list[dict[str, Any]] = []
-
-        async def receive() -> dict[str, Any]:
-            if not delivered.is_set():
-                delivered.set()
-                return {"type": "http.request", "body": body, "more_body": False}
-            await finished.wait()  # the client stays until the answer is complete
-            return {"type": "http.disconnect"}
-
-        async def send(message: dict[str, Any]) -> None:
-            sent.append(message)
-            if message["type"] == "http.response.body" and not message.get("more_body"):
-                finished.set()
-
-        await self.app(scope, receive, send)
-        start = sent[0]
-        return Answer(
-            start["status"],
-            {name.lower(): value for name, value in start.get("headers", [])},
-            b"".join(m.get("body", b"") for m in sent[1:]),
-        )
-
-    def _check(self, answer: Answer) -> None:
-        assert answer.status < 500, answer.body[:300]
-        if answer.headers.get(b"content-type", b"").startswith(b"text/event-stream"):
-            assert answer.status == 200
-        else:
-            payload = json.loads(answer.body)
-            assert isinstance(payload, dict)
-            if answer.status >= 400:
-                assert set(payload["error"]) >= {"message", "type", "param", "code"}
-        # Every admitted request gave its slot back and nothing waits in a queue.
-        assert self.runtime.inflight() == 0
-        assert not any(self.runtime.queues.lengths().values())
-
-
-STREAMING_PATHS = {e.path for e in Endpoint if e.streams}
-
-
-class Replicas(Upstreams):
-    """Replicas that stream only where vLLM does: other routes ignore ``stream``."""
-
-    async def answer(self, request: Received) -> Reply:
-        if request.method == "POST" and request.path not in STREAMING_PATHS:
-            self.calls.append(request)
-            return Reply(200, [json.dumps(OK_BODY).encode()])
-        return await super().answer(request)
-
-
 @pytest.fixture(scope="module")
 def api() -> Iterator[Api]:
-    loop = asyncio.new_event_loop()
-    upstreams = Replicas()
-    rt = loop.run_until_complete(runtime_for(upstreams, max_body_bytes=BODY_LIMIT))
-    assert rt.snapshot is not None
-    rt.adopt(dataclasses.replace(rt.snapshot, api_key_hashes=frozenset({hash_api_key(KEY)})))
+    with serving_api() as served:
+        yield served
 
-    async def started() -> BalancerRuntime:
-        return rt
-
-    # The runtime is built from a hand-set topology, not the database, so the views
-    # reach this one instead of starting their own.
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(runtime_module, "_runtime", rt)
-        patch.setattr(runtime_module, "get_runtime", started)
-        from django.conf import settings as django_settings
-
-        patch.setattr(django_settings, "MERIDIAN_BALANCER", "lb-us")
-        yield Api(loop, rt)
-    loop.run_until_complete(rt.close())
-    loop.run_until_complete(upstreams.close())
-    loop.run_until_complete(_finish_connections())
-    loop.close()
-
-
-async def _finish_connections() -> None:
-    """Let the replicas' connection handlers see their sockets closed and end."""
-    others = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
-    await asyncio.wait_for(asyncio.gather(*others, return_exceptions=True), 10)
-
-
-AUTH = [(b"authorization", f"Bearer {KEY}".encode()), (b"content-type", b"application/json")]
 
 # Text as a hostile client sends it: any code point, lone surrogates included.
 any_text = st.text(st.characters(codec=None, categories=None), max_size=40)

@@ -1,0 +1,70 @@
+"""Each trust boundary of a balancer refuses a forged request.
+
+In process, over the ``/v1`` application a balancer serves and a live runtime
+(``tests.support.api_app``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import pytest
+
+from routing.calls import HOP_HEADER, ROUTE_FORWARDED_IN, ROUTE_LOCAL
+from routing.internal_auth import PEER_TOKEN_HEADER
+from tests.support.api_app import AUTH, Api, serving_api
+from tests.support.balancers import MODEL
+
+TOKEN = "install-secret"
+BODY = json.dumps({"model": MODEL, "prompt": "hello there", "max_tokens": 2}).encode()
+
+
+@pytest.fixture(scope="module")
+def api() -> Iterator[Api]:
+    with serving_api(internal_token=TOKEN) as served:
+        yield served
+
+
+def answered_route(api: Api, headers: list[tuple[bytes, bytes]]) -> str:
+    """The route label the balancer counted the request under."""
+    requests = api.runtime.metrics.requests
+    before = {
+        route: requests.value(MODEL, "200", route) for route in (ROUTE_LOCAL, ROUTE_FORWARDED_IN)
+    }
+    assert api.call("POST", "/v1/completions", BODY, AUTH + headers).status == 200
+    (route,) = [r for r, n in before.items() if requests.value(MODEL, "200", r) > n]
+    return route
+
+
+def test_a_client_cannot_claim_to_be_a_forwarding_peer(api: Api) -> None:
+    hop = (HOP_HEADER.lower().encode(), b"lb-eu")
+    assert answered_route(api, [hop]) == ROUTE_LOCAL
+    forged = (PEER_TOKEN_HEADER.lower().encode(), b"guessed")
+    assert answered_route(api, [hop, forged]) == ROUTE_LOCAL
+
+
+def test_a_peer_with_the_install_token_is_believed(api: Api) -> None:
+    hop = (HOP_HEADER.lower().encode(), b"lb-eu")
+    proof = (PEER_TOKEN_HEADER.lower().encode(), TOKEN.encode())
+    assert answered_route(api, [hop, proof]) == ROUTE_FORWARDED_IN
+
+
+@pytest.mark.parametrize(
+    "authorization", [None, b"Bearer guessed", f"Bearer {TOKEN}x".encode(), TOKEN.encode()]
+)
+def test_internal_state_refuses_a_caller_without_the_token(
+    api: Api, authorization: bytes | None
+) -> None:
+    headers = [] if authorization is None else [(b"authorization", authorization)]
+    answer = api.call("GET", "/internal/state", b"", headers)
+    assert answer.status == 401
+    assert json.loads(answer.body)["error"]["code"] == "invalid_api_key"
+
+
+def test_internal_state_answers_the_install_token(api: Api) -> None:
+    answer = api.call(
+        "GET", "/internal/state", b"", [(b"authorization", f"Bearer {TOKEN}".encode())]
+    )
+    assert answer.status == 200
+    assert "replicas" in json.loads(answer.body)
