@@ -68,7 +68,8 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
 
-ROOT_URLCONF = "meridian.urls"
+# A balancer's port serves the data plane only; the console and admin, the console's.
+ROOT_URLCONF = "meridian.urls_balancer" if env_str("MERIDIAN_BALANCER", "") else "meridian.urls"
 ASGI_APPLICATION = "meridian.asgi.application"
 
 TEMPLATES = [

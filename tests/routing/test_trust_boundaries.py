@@ -7,14 +7,20 @@ In process, over the ``/v1`` application a balancer serves and a live runtime
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 
 import pytest
+from django.conf import settings
+from django.test import Client, override_settings
 
 from routing.calls import HOP_HEADER, ROUTE_FORWARDED_IN, ROUTE_LOCAL
 from routing.internal_auth import PEER_TOKEN_HEADER
 from tests.support.api_app import AUTH, Api, serving_api
 from tests.support.balancers import MODEL
+from tests.support.processes import REPO_ROOT
 
 TOKEN = "install-secret"
 BODY = json.dumps({"model": MODEL, "prompt": "hello there", "max_tokens": 2}).encode()
@@ -68,3 +74,32 @@ def test_internal_state_answers_the_install_token(api: Api) -> None:
     )
     assert answer.status == 200
     assert "replicas" in json.loads(answer.body)
+
+
+@pytest.mark.parametrize("path", ["/admin/login/", "/", "/console/charts", "/metrics/cost"])
+def test_a_balancer_serves_no_console_or_admin(client: Client, path: str) -> None:
+    with override_settings(ROOT_URLCONF="meridian.urls_balancer"):
+        assert client.get(path).status_code == 404
+        # The data plane is still there.
+        assert client.get("/v1/models").status_code != 404
+
+
+@pytest.mark.parametrize(
+    ("balancer", "urlconf"), [("lb-any", "meridian.urls_balancer"), ("", "meridian.urls")]
+)
+def test_a_process_loads_the_urlconf_of_its_role(balancer: str, urlconf: str) -> None:
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "meridian.settings",
+        "MERIDIAN_VAR_DIR": str(settings.VAR_DIR),
+        "MERIDIAN_BALANCER": balancer,
+    }
+    shown = subprocess.run(
+        [sys.executable, "-c", "from django.conf import settings; print(settings.ROOT_URLCONF)"],
+        env=env,
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert shown.strip() == urlconf
