@@ -135,6 +135,10 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = MERIDIAN_MAX_BODY_BYTES + 1024
 MERIDIAN_HEADER_TIMEOUT_S = env_float("MERIDIAN_HEADER_TIMEOUT_S", 10.0, minimum=0.1)
 MERIDIAN_BODY_TIMEOUT_S = env_float("MERIDIAN_BODY_TIMEOUT_S", 30.0, minimum=0.1)
 MERIDIAN_KEEPALIVE_TIMEOUT_S = env_float("MERIDIAN_KEEPALIVE_TIMEOUT_S", 5.0, minimum=0.1)
+# Failed API-key attempts a client address may make per window before its requests
+# are answered 429 (Retry-After: until the window ends).
+MERIDIAN_AUTH_FAILURE_LIMIT = env_int("MERIDIAN_AUTH_FAILURE_LIMIT", 20, minimum=1)
+MERIDIAN_AUTH_FAILURE_WINDOW_S = env_float("MERIDIAN_AUTH_FAILURE_WINDOW_S", 60.0, minimum=1.0)
 MERIDIAN_MAX_HEADER_BYTES = env_int("MERIDIAN_MAX_HEADER_BYTES", 32768, minimum=1024)
 
 REDIS_URL = env_str("REDIS_URL", "redis://127.0.0.1:6379/0")

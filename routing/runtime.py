@@ -45,6 +45,7 @@ from django.db import DatabaseError
 
 from routing.cache_view import CacheViewMonitor
 from routing.core import errors
+from routing.core.auth_failures import AuthFailureLimiter
 from routing.core.block_identity import (
     BLOCK_IDENTITY_KEY,
     BlockIdentityConfig,
@@ -126,6 +127,8 @@ class BalancerConfig:
     length_predictor_state: str = ""
     lookahead_iterations: int = 100
     seconds_per_iteration: float = 0.02
+    auth_failure_limit: int = 20
+    auth_failure_window_s: float = 60.0
 
     @classmethod
     def from_settings(cls) -> BalancerConfig:
@@ -167,6 +170,8 @@ class BalancerConfig:
             length_predictor_state=s.MERIDIAN_LENGTH_PREDICTOR_STATE,
             lookahead_iterations=s.MERIDIAN_LOOKAHEAD_ITERATIONS,
             seconds_per_iteration=s.MERIDIAN_SECONDS_PER_ITERATION,
+            auth_failure_limit=s.MERIDIAN_AUTH_FAILURE_LIMIT,
+            auth_failure_window_s=s.MERIDIAN_AUTH_FAILURE_WINDOW_S,
         )
 
 
@@ -251,6 +256,9 @@ class BalancerRuntime:
         self.block_schemes = ModelBlockSchemes(config.hash_seed)
         # LoRA adapter -> base model: learned from the replicas' /v1/models, config on top.
         self.adapters = AdapterDirectory(config.lora_adapters)
+        self.auth_failures = AuthFailureLimiter(
+            config.auth_failure_limit, config.auth_failure_window_s
+        )
         self.prober = ReplicaProber(
             self.client,
             self.router,

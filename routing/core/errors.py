@@ -93,6 +93,17 @@ def invalid_api_key(provided: bool) -> ApiError:
     return ApiError(401, message, code="invalid_api_key")
 
 
+def too_many_auth_failures(retry_after_s: int) -> ApiError:
+    return ApiError(
+        429,
+        "Too many requests with an invalid API key from your address; retry later with a "
+        "valid key.",
+        type=RATE_LIMIT,
+        code="too_many_auth_failures",
+        headers={"Retry-After": str(retry_after_s)},
+    )
+
+
 def model_not_found(model: str) -> ApiError:
     return ApiError(
         404,

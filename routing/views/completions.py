@@ -63,7 +63,29 @@ async def proxy(request: HttpRequest, endpoint: Endpoint) -> HttpResponseBase:
 
 
 def authorize(request: HttpRequest, runtime: BalancerRuntime) -> str:
-    """The ``Authorization`` header of a request with a live API key; else 401."""
+    """The ``Authorization`` header of a request with a live API key; else 401, or 429
+    while its address is held down after too many failed attempts
+    (``routing.core.auth_failures``).  A forward from an authenticated peer is never
+    held down: the peer's address speaks for many clients, and it checked the key."""
+    limiter = runtime.auth_failures
+    source = "" if forwarded_by_peer(request, runtime.config.internal_token) else _source(request)
+    now = time.monotonic()
+    if source and (wait := limiter.retry_after(source, now)) is not None:
+        raise errors.too_many_auth_failures(wait)
+    try:
+        return _checked_key(request, runtime)
+    except ApiError:
+        if source:
+            limiter.record_failure(source, now)
+        raise
+
+
+def _source(request: HttpRequest) -> str:
+    # The connecting address only: a header such as X-Forwarded-For is the client's to forge.
+    return str(request.META.get("REMOTE_ADDR") or "-")
+
+
+def _checked_key(request: HttpRequest, runtime: BalancerRuntime) -> str:
     header = request.headers.get("Authorization", "")
     scheme, _, key = header.partition(" ")
     key = key.strip()

@@ -103,3 +103,20 @@ def test_a_process_loads_the_urlconf_of_its_role(balancer: str, urlconf: str) ->
         check=True,
     ).stdout
     assert shown.strip() == urlconf
+
+
+def test_guessing_api_keys_is_held_down_per_source() -> None:
+    wrong = [(b"authorization", b"Bearer mk-guess")]
+    with serving_api(auth_failure_limit=3, internal_token=TOKEN) as api:
+        statuses = [api.call("POST", "/v1/completions", BODY, wrong).status for _ in range(4)]
+        assert statuses == [401, 401, 401, 429]
+        held = api.call("POST", "/v1/completions", BODY, AUTH)  # the right key, same source
+        assert held.status == 429
+        assert json.loads(held.body)["error"]["code"] == "too_many_auth_failures"
+        assert int(held.headers[b"retry-after"]) >= 1
+        # A peer's forwards carry its clients' keys: its address is never held down.
+        hop = [
+            (HOP_HEADER.lower().encode(), b"lb-eu"),
+            (PEER_TOKEN_HEADER.lower().encode(), TOKEN.encode()),
+        ]
+        assert api.call("POST", "/v1/completions", BODY, AUTH + hop).status == 200
