@@ -272,6 +272,9 @@ def _internal_token() -> str:
 
 
 MERIDIAN_INTERNAL_TOKEN = _internal_token()
+# Bearer token Prometheus sends for /metrics (open while empty) and /metrics/cost
+# (which also takes the internal token or a staff session).
+MERIDIAN_METRICS_TOKEN = env_str("MERIDIAN_METRICS_TOKEN", "")
 
 # --- KV events and anti-entropy (routing/kv_events.py, workers/cache_sync.py) -----------
 # How often a balancer applies the KV events it queued to its cache maps (002 §3.3's

@@ -9,6 +9,10 @@ itself in ``X-Meridian-Peer-Token``: only then does the receiving balancer belie
 ``X-Meridian-Forwarded-From`` and keep the request local.  A client that sets the
 hop header itself is routed as any other client.  Tokens are compared in constant
 time.
+
+``/metrics`` stays open for scrapers unless ``MERIDIAN_METRICS_TOKEN`` is set; then
+it, like ``/metrics/cost`` always, wants a bearer token: that one or the internal
+token (``may_scrape``).
 """
 
 from __future__ import annotations
@@ -35,6 +39,21 @@ def install_headers() -> dict[str, str]:
 
 def same_token(given: str, token: str) -> bool:
     return bool(token) and hmac.compare_digest(given.encode(), token.encode())
+
+
+def bearer_token(request: HttpRequest) -> str:
+    scheme, _, given = request.headers.get("Authorization", "").partition(" ")
+    return given.strip() if scheme.lower() == "bearer" else ""
+
+
+def may_scrape(request: HttpRequest, *, open_without_token: bool) -> bool:
+    """Whether ``request`` may read metrics: with the metrics token or the internal
+    token, or with none when no metrics token is set and ``open_without_token``."""
+    metrics_token = settings.MERIDIAN_METRICS_TOKEN
+    if open_without_token and not metrics_token:
+        return True
+    given = bearer_token(request)
+    return same_token(given, metrics_token) or same_token(given, settings.MERIDIAN_INTERNAL_TOKEN)
 
 
 def forwarded_by_peer(request: HttpRequest, token: str) -> bool:

@@ -183,7 +183,7 @@ def test_an_unexpected_exception_is_a_counted_json_500(
     metrics = api.runtime.metrics
     before = metrics.internal_errors.value(), metrics.requests.value("-", "500", "local")
     body = encode({"model": MODEL, "prompt": "hello", "max_tokens": 2})
-    answer = api.loop.run_until_complete(api._call("POST", "/v1/completions", body, AUTH))
+    answer = api.fetch("POST", "/v1/completions", body, AUTH)
     assert answer.status == 500
     assert answer.headers[b"content-type"] == b"application/json"
     assert json.loads(answer.body)["error"]["code"] == "internal_error"

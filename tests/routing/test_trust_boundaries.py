@@ -120,3 +120,24 @@ def test_guessing_api_keys_is_held_down_per_source() -> None:
             (PEER_TOKEN_HEADER.lower().encode(), TOKEN.encode()),
         ]
         assert api.call("POST", "/v1/completions", BODY, AUTH + hop).status == 200
+
+
+def test_metrics_stay_scrapeable_until_a_metrics_token_is_set(api: Api) -> None:
+    assert api.fetch("GET", "/metrics").status == 200
+    with override_settings(MERIDIAN_METRICS_TOKEN="scrape-secret"):
+        assert api.fetch("GET", "/metrics").status == 401
+        assert (
+            api.fetch("GET", "/metrics", b"", [(b"authorization", b"Bearer guessed")]).status == 401
+        )
+        scraper = [(b"authorization", b"Bearer scrape-secret")]
+        assert api.fetch("GET", "/metrics", b"", scraper).status == 200
+
+
+@pytest.mark.django_db
+def test_cost_metrics_refuse_a_caller_without_credentials(client: Client) -> None:
+    assert client.get("/metrics/cost").status_code == 401
+    forged = client.get("/metrics/cost", headers={"Authorization": "Bearer guessed"})
+    assert forged.status_code == 401
+    with override_settings(MERIDIAN_METRICS_TOKEN="scrape-secret"):
+        scraper = {"Authorization": "Bearer scrape-secret"}
+        assert client.get("/metrics/cost", headers=scraper).status_code == 200

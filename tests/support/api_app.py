@@ -56,9 +56,19 @@ class Api:
         body: bytes = b"",
         headers: list[tuple[bytes, bytes]] | None = None,
     ) -> Answer:
-        answer = self.loop.run_until_complete(self._call(method, path, body, headers or []))
+        answer = self.fetch(method, path, body, headers)
         self._check(answer)
         return answer
+
+    def fetch(
+        self,
+        method: str,
+        path: str,
+        body: bytes = b"",
+        headers: list[tuple[bytes, bytes]] | None = None,
+    ) -> Answer:
+        """One request, with no check on the answer (a non-JSON one, say ``/metrics``)."""
+        return self.loop.run_until_complete(self._call(method, path, body, headers or []))
 
     async def _call(
         self, method: str, path: str, body: bytes, headers: list[tuple[bytes, bytes]]
