@@ -7,6 +7,7 @@ import os
 import secrets
 from pathlib import Path
 
+from fleet.private_files import ensure_private, write_private
 from meridian.env import (
     env_bool,
     env_float,
@@ -19,7 +20,7 @@ from meridian.env import (
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("MERIDIAN_VAR_DIR", str(BASE_DIR / "var")))
-VAR_DIR.mkdir(parents=True, exist_ok=True)
+VAR_DIR.mkdir(parents=True, exist_ok=True, mode=0o700)  # new ones: the owner's alone
 
 
 def _secret_key() -> str:
@@ -29,8 +30,7 @@ def _secret_key() -> str:
         return configured
     path = VAR_DIR / "secret_key"
     if not path.exists():
-        path.write_text(secrets.token_urlsafe(50))
-        path.chmod(0o600)
+        write_private(path, secrets.token_urlsafe(50))
     return path.read_text().strip()
 
 
@@ -91,6 +91,8 @@ _database_url = env_str("DATABASE_URL", "")
 if _database_url:
     DATABASES = {"default": parse_database_url(_database_url)}
 else:
+    # SQLite would create the file with the umask's mode (0644); its WAL files copy it.
+    ensure_private(VAR_DIR / "meridian.sqlite3")
     DATABASES = {
         "default": {
             "ENGINE": "django.db.backends.sqlite3",
@@ -260,8 +262,7 @@ def _internal_token() -> str:
         # Balancers of one install often start together: write aside, then link into
         # place, which fails for all but the first, so they all read the same token.
         draft = VAR_DIR / f"internal_token.{os.getpid()}"
-        draft.write_text(secrets.token_urlsafe(32))
-        draft.chmod(0o600)
+        write_private(draft, secrets.token_urlsafe(32))
         try:
             os.link(draft, path)
         except FileExistsError:
