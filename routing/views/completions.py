@@ -130,10 +130,11 @@ async def admit(
 ) -> ProxyCall:
     authorization = authorize(request, runtime)
     body = read_body(request, runtime.config.max_body_bytes)
-    # A large body is parsed, and its blocks hashed, in a worker thread: json.loads of
-    # a megabytes-long body and hashing its blocks each take tens of milliseconds,
-    # which inline would stall every other request on this event loop.  (Pure Python
-    # there yields the GIL every few milliseconds, so the loop keeps running.)
+    # A large body is parsed, checked and its blocks hashed in a worker thread: for a
+    # body of megabytes each takes tens of milliseconds, which inline would stall every
+    # other request on this event loop.  The Python parts there yield the GIL every few
+    # milliseconds; json.loads itself (C) holds it for its whole run, about 10 ms per MB
+    # of text and more for long arrays of token ids.
     large = len(body) > runtime.encoders.thread_chars
     parsed = await _maybe_in_thread(large, parse_request, body, endpoint)
     snapshot = runtime.snapshot
