@@ -185,9 +185,23 @@ MERIDIAN_PROBE_INTERVAL_S = env_float("MERIDIAN_PROBE_INTERVAL_S", 0.25, minimum
 MERIDIAN_PROBE_TIMEOUT_S = env_float("MERIDIAN_PROBE_TIMEOUT_S", 1.0, minimum=0.05)
 MERIDIAN_HEARTBEAT_INTERVAL_S = env_float("MERIDIAN_HEARTBEAT_INTERVAL_S", 1.0, minimum=0.1)
 MERIDIAN_HEARTBEAT_TTL_S = env_float("MERIDIAN_HEARTBEAT_TTL_S", 5.0, minimum=0.5)
-MERIDIAN_UPSTREAM_CONNECT_TIMEOUT_S = env_float("MERIDIAN_UPSTREAM_CONNECT_TIMEOUT_S", 2.0)
+# The connect timeout also covers the wait for the event loop to get to the connect: on a
+# busy balancer a burst's connects queue behind the burst itself, so it is not tight.
+MERIDIAN_UPSTREAM_CONNECT_TIMEOUT_S = env_float("MERIDIAN_UPSTREAM_CONNECT_TIMEOUT_S", 5.0)
+# Idle keep-alive connections kept open to every healthy replica (opened after each probe
+# round), so a burst on a cold pool does not open one connection per request at once.
+MERIDIAN_UPSTREAM_WARM_CONNECTIONS = env_int("MERIDIAN_UPSTREAM_WARM_CONNECTIONS", 8, minimum=0)
 MERIDIAN_UPSTREAM_READ_TIMEOUT_S = env_float("MERIDIAN_UPSTREAM_READ_TIMEOUT_S", 300.0)
 MERIDIAN_MAX_ATTEMPTS = env_int("MERIDIAN_MAX_ATTEMPTS", 3, minimum=1)
+# A retry waits a random time up to min(MAX, BACKOFF * 2^(n-1)) first (routing.core.backoff).
+MERIDIAN_RETRY_BACKOFF_S = env_float("MERIDIAN_RETRY_BACKOFF_S", 0.025, minimum=0.0)
+MERIDIAN_RETRY_BACKOFF_MAX_S = env_float("MERIDIAN_RETRY_BACKOFF_MAX_S", 0.5, minimum=0.0)
+# Per-replica circuit breaker (routing.core.breaker): after a failure the replica is held
+# down (doubling while it keeps failing, up to MAX), then READMIT_PROBES good probes in a
+# row readmit it.
+MERIDIAN_BREAKER_HOLD_DOWN_S = env_float("MERIDIAN_BREAKER_HOLD_DOWN_S", 1.0, minimum=0.0)
+MERIDIAN_BREAKER_MAX_HOLD_DOWN_S = env_float("MERIDIAN_BREAKER_MAX_HOLD_DOWN_S", 30.0, minimum=0.0)
+MERIDIAN_BREAKER_READMIT_PROBES = env_int("MERIDIAN_BREAKER_READMIT_PROBES", 2, minimum=1)
 # Celery beat periods (seconds).
 MERIDIAN_PROBE_PERIOD_S = env_float("MERIDIAN_PROBE_PERIOD_S", 5.0, minimum=0.5)
 MERIDIAN_PROBE_FAILURE_THRESHOLD = env_int("MERIDIAN_PROBE_FAILURE_THRESHOLD", 2, minimum=1)

@@ -99,6 +99,10 @@ class Dispatcher:
         handed_over = False
         expected = self._expected_cached(call, placement)
         try:
+            if send.delay_s > 0:
+                # A retry's jittered backoff, inside the try: a client that leaves
+                # meanwhile still gives the lease back in the finally below.
+                await asyncio.sleep(send.delay_s)
             opened = await self.transport.open(self._request(call, placement))
             if call.request.stream and 200 <= opened.status < 300:
                 response = self._streaming(call, ticket, placement, route, opened, expected)
