@@ -46,6 +46,7 @@ from django.db import DatabaseError
 
 from routing.cache_view import CacheViewMonitor
 from routing.core import errors
+from routing.core.auth_failures import AuthFailureLimiter
 from routing.core.backoff import RetryBackoff
 from routing.core.block_identity import (
     BLOCK_IDENTITY_KEY,
@@ -135,6 +136,8 @@ class BalancerConfig:
     length_predictor_state: str = ""
     lookahead_iterations: int = 100
     seconds_per_iteration: float = 0.02
+    auth_failure_limit: int = 20
+    auth_failure_window_s: float = 60.0
 
     @classmethod
     def from_settings(cls) -> BalancerConfig:
@@ -182,6 +185,8 @@ class BalancerConfig:
             length_predictor_state=s.MERIDIAN_LENGTH_PREDICTOR_STATE,
             lookahead_iterations=s.MERIDIAN_LOOKAHEAD_ITERATIONS,
             seconds_per_iteration=s.MERIDIAN_SECONDS_PER_ITERATION,
+            auth_failure_limit=s.MERIDIAN_AUTH_FAILURE_LIMIT,
+            auth_failure_window_s=s.MERIDIAN_AUTH_FAILURE_WINDOW_S,
         )
 
 
@@ -277,6 +282,9 @@ class BalancerRuntime:
         self.block_schemes = ModelBlockSchemes(config.hash_seed)
         # LoRA adapter -> base model: learned from the replicas' /v1/models, config on top.
         self.adapters = AdapterDirectory(config.lora_adapters)
+        self.auth_failures = AuthFailureLimiter(
+            config.auth_failure_limit, config.auth_failure_window_s
+        )
         self.prober = ReplicaProber(
             self.client,
             self.router,
@@ -320,6 +328,7 @@ class BalancerRuntime:
             balancer=config.balancer,
             loop=loop,
             cache_view=self.cache_view,
+            internal_token=config.internal_token,
         )
         self.poller = AvailabilityPoller(
             self._report_fetch(), self.remote, on_error=self.metrics.availability_errors.inc

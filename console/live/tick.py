@@ -27,6 +27,7 @@ from console.live.publish import send
 from console.live.snapshot import BalancerRow, ReplicaRow, TickInputs, build_snapshot
 from fleet.models import Balancer, Region, Replica
 from routing.core.peers import Heartbeat, heartbeat_key
+from routing.internal_auth import install_headers
 from workers.cost import hourly_cost_by_region
 from workers.rollups import LATEST_KEY
 
@@ -49,7 +50,9 @@ async def _fetch_one(client: httpx.AsyncClient, url: str) -> dict[str, Any] | No
 async def _fetch_states(
     balancers: list[BalancerRow], timeout: float
 ) -> list[dict[str, Any] | None]:
-    async with httpx.AsyncClient(timeout=timeout, trust_env=False) as client:
+    async with httpx.AsyncClient(
+        timeout=timeout, trust_env=False, headers=install_headers()
+    ) as client:
         return await asyncio.gather(*(_fetch_one(client, b.url) for b in balancers))
 
 

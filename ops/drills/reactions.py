@@ -25,6 +25,7 @@ from typing import Any
 import httpx
 
 from ops.drills.judging import traffic_share
+from routing.internal_auth import install_headers
 
 
 @dataclass(frozen=True)
@@ -39,7 +40,12 @@ ReactionCheck = Callable[[], Reaction]
 def replica_rows(url: str, *, timeout: float = 1.0) -> list[dict[str, Any]] | None:
     """The balancer's replica rows, or None when it does not answer."""
     try:
-        response = httpx.get(url.rstrip("/") + "/internal/state", timeout=timeout, trust_env=False)
+        response = httpx.get(
+            url.rstrip("/") + "/internal/state",
+            timeout=timeout,
+            trust_env=False,
+            headers=install_headers(),
+        )
         response.raise_for_status()
         state = response.json()
     except (httpx.HTTPError, ValueError):

@@ -12,6 +12,7 @@ import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+import httpx
 import pytest
 import redis
 from django.conf import settings
@@ -65,6 +66,9 @@ def test_balancer_heartbeats_before_any_request_and_stops_cleanly(
         model=MODEL, prompt="started early", max_tokens=2
     )
     assert reply.choices[0].text
+    # A balancer's port serves the data plane only: no admin login, no console.
+    for path in ("/admin/login/", "/console/charts"):
+        assert httpx.get(f"http://127.0.0.1:{port}{path}").status_code == 404
     process.send_signal(signal.SIGTERM)
     # uvicorn shuts down gracefully, then re-raises the signal it caught (exit -15).
     try:
