@@ -21,7 +21,10 @@ django_asgi_app = get_asgi_application()
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402  (needs Django set up first)
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
-from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
+from channels.security.websocket import (  # noqa: E402
+    AllowedHostsOriginValidator,
+    WebsocketDenier,
+)
 from django.conf import settings  # noqa: E402
 
 from console.routing import websocket_urlpatterns  # noqa: E402
@@ -43,7 +46,10 @@ application = ProtocolTypeRouter(
         ),
         "lifespan": LifespanApp(),
         # The console's live views: session auth, and only pages of an allowed host.
-        "websocket": AllowedHostsOriginValidator(
+        # A balancer's port serves no console (meridian.urls_balancer): sockets denied.
+        "websocket": WebsocketDenier()
+        if settings.MERIDIAN_BALANCER
+        else AllowedHostsOriginValidator(
             # Its stubs want path()s typed as channels' (see console.routing).
             AuthMiddlewareStack(URLRouter(websocket_urlpatterns))  # type: ignore[arg-type]
         ),

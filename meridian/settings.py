@@ -7,6 +7,7 @@ import os
 import secrets
 from pathlib import Path
 
+from fleet.private_files import ensure_private, write_private
 from meridian.env import (
     env_bool,
     env_float,
@@ -19,7 +20,7 @@ from meridian.env import (
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("MERIDIAN_VAR_DIR", str(BASE_DIR / "var")))
-VAR_DIR.mkdir(parents=True, exist_ok=True)
+VAR_DIR.mkdir(parents=True, exist_ok=True, mode=0o700)  # new ones: the owner's alone
 
 
 def _secret_key() -> str:
@@ -29,8 +30,7 @@ def _secret_key() -> str:
         return configured
     path = VAR_DIR / "secret_key"
     if not path.exists():
-        path.write_text(secrets.token_urlsafe(50))
-        path.chmod(0o600)
+        write_private(path, secrets.token_urlsafe(50))
     return path.read_text().strip()
 
 
@@ -68,7 +68,8 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
 
-ROOT_URLCONF = "meridian.urls"
+# A balancer's port serves the data plane only; the console and admin, the console's.
+ROOT_URLCONF = "meridian.urls_balancer" if env_str("MERIDIAN_BALANCER", "") else "meridian.urls"
 ASGI_APPLICATION = "meridian.asgi.application"
 
 TEMPLATES = [
@@ -90,6 +91,8 @@ _database_url = env_str("DATABASE_URL", "")
 if _database_url:
     DATABASES = {"default": parse_database_url(_database_url)}
 else:
+    # SQLite would create the file with the umask's mode (0644); its WAL files copy it.
+    ensure_private(VAR_DIR / "meridian.sqlite3")
     DATABASES = {
         "default": {
             "ENGINE": "django.db.backends.sqlite3",
@@ -127,6 +130,18 @@ MERIDIAN_SERVE_STATIC = env_bool("MERIDIAN_SERVE_STATIC", True)
 # Request bodies: the proxy enforces its own limit (413) before Django's form parsing.
 MERIDIAN_MAX_BODY_BYTES = env_int("MERIDIAN_MAX_BODY_BYTES", 4 * 1024 * 1024, minimum=1024)
 DATA_UPLOAD_MAX_MEMORY_SIZE = MERIDIAN_MAX_BODY_BYTES + 1024
+# Slow or stalled clients on a balancer's port (uvicorn, routing.http_protocol): the
+# request line and headers must arrive within the header timeout, a body may pause at
+# most the body timeout between chunks, and an idle keep-alive connection closes
+# after the keep-alive timeout.  Headers past the byte limit are answered 431.
+MERIDIAN_HEADER_TIMEOUT_S = env_float("MERIDIAN_HEADER_TIMEOUT_S", 10.0, minimum=0.1)
+MERIDIAN_BODY_TIMEOUT_S = env_float("MERIDIAN_BODY_TIMEOUT_S", 30.0, minimum=0.1)
+MERIDIAN_KEEPALIVE_TIMEOUT_S = env_float("MERIDIAN_KEEPALIVE_TIMEOUT_S", 5.0, minimum=0.1)
+# Failed API-key attempts a client address may make per window before its requests
+# are answered 429 (Retry-After: until the window ends).
+MERIDIAN_AUTH_FAILURE_LIMIT = env_int("MERIDIAN_AUTH_FAILURE_LIMIT", 20, minimum=1)
+MERIDIAN_AUTH_FAILURE_WINDOW_S = env_float("MERIDIAN_AUTH_FAILURE_WINDOW_S", 60.0, minimum=1.0)
+MERIDIAN_MAX_HEADER_BYTES = env_int("MERIDIAN_MAX_HEADER_BYTES", 32768, minimum=1024)
 
 REDIS_URL = env_str("REDIS_URL", "redis://127.0.0.1:6379/0")
 
@@ -176,9 +191,23 @@ MERIDIAN_HEARTBEAT_TTL_S = env_float("MERIDIAN_HEARTBEAT_TTL_S", 5.0, minimum=0.
 # this often, and the stream keeps about this many (1 s x 4 balancers x 15 min + slack).
 MERIDIAN_LIVE_PUBLISH_S = env_float("MERIDIAN_LIVE_PUBLISH_S", 1.0, minimum=0.2)
 MERIDIAN_LIVE_STREAM_MAXLEN = env_int("MERIDIAN_LIVE_STREAM_MAXLEN", 4096, minimum=100)
-MERIDIAN_UPSTREAM_CONNECT_TIMEOUT_S = env_float("MERIDIAN_UPSTREAM_CONNECT_TIMEOUT_S", 2.0)
+# The connect timeout also covers the wait for the event loop to get to the connect: on a
+# busy balancer a burst's connects queue behind the burst itself, so it is not tight.
+MERIDIAN_UPSTREAM_CONNECT_TIMEOUT_S = env_float("MERIDIAN_UPSTREAM_CONNECT_TIMEOUT_S", 5.0)
+# Idle keep-alive connections kept open to every healthy replica (opened after each probe
+# round), so a burst on a cold pool does not open one connection per request at once.
+MERIDIAN_UPSTREAM_WARM_CONNECTIONS = env_int("MERIDIAN_UPSTREAM_WARM_CONNECTIONS", 8, minimum=0)
 MERIDIAN_UPSTREAM_READ_TIMEOUT_S = env_float("MERIDIAN_UPSTREAM_READ_TIMEOUT_S", 300.0)
 MERIDIAN_MAX_ATTEMPTS = env_int("MERIDIAN_MAX_ATTEMPTS", 3, minimum=1)
+# A retry waits a random time up to min(MAX, BACKOFF * 2^(n-1)) first (routing.core.backoff).
+MERIDIAN_RETRY_BACKOFF_S = env_float("MERIDIAN_RETRY_BACKOFF_S", 0.025, minimum=0.0)
+MERIDIAN_RETRY_BACKOFF_MAX_S = env_float("MERIDIAN_RETRY_BACKOFF_MAX_S", 0.5, minimum=0.0)
+# Per-replica circuit breaker (routing.core.breaker): after a failure the replica is held
+# down (doubling while it keeps failing, up to MAX), then READMIT_PROBES good probes in a
+# row readmit it.
+MERIDIAN_BREAKER_HOLD_DOWN_S = env_float("MERIDIAN_BREAKER_HOLD_DOWN_S", 1.0, minimum=0.0)
+MERIDIAN_BREAKER_MAX_HOLD_DOWN_S = env_float("MERIDIAN_BREAKER_MAX_HOLD_DOWN_S", 30.0, minimum=0.0)
+MERIDIAN_BREAKER_READMIT_PROBES = env_int("MERIDIAN_BREAKER_READMIT_PROBES", 2, minimum=1)
 # Celery beat periods (seconds).
 MERIDIAN_PROBE_PERIOD_S = env_float("MERIDIAN_PROBE_PERIOD_S", 5.0, minimum=0.5)
 MERIDIAN_PROBE_FAILURE_THRESHOLD = env_int("MERIDIAN_PROBE_FAILURE_THRESHOLD", 2, minimum=1)
@@ -253,8 +282,7 @@ def _internal_token() -> str:
         # Balancers of one install often start together: write aside, then link into
         # place, which fails for all but the first, so they all read the same token.
         draft = VAR_DIR / f"internal_token.{os.getpid()}"
-        draft.write_text(secrets.token_urlsafe(32))
-        draft.chmod(0o600)
+        write_private(draft, secrets.token_urlsafe(32))
         try:
             os.link(draft, path)
         except FileExistsError:
@@ -265,6 +293,9 @@ def _internal_token() -> str:
 
 
 MERIDIAN_INTERNAL_TOKEN = _internal_token()
+# Bearer token Prometheus sends for /metrics (open while empty) and /metrics/cost
+# (which also takes the internal token or a staff session).
+MERIDIAN_METRICS_TOKEN = env_str("MERIDIAN_METRICS_TOKEN", "")
 
 # --- KV events and anti-entropy (routing/kv_events.py, workers/cache_sync.py) -----------
 # How often a balancer applies the KV events it queued to its cache maps (002 §3.3's

@@ -13,24 +13,38 @@ proxy`` showed those hops as the largest single cost of a proxied request
 (docs/performance.md).  The API path needs none of it: its views are async and
 CSRF-exempt, read no session or user, and never touch the database (the runtime
 reads the topology in the background).  Everything else keeps the full stack.
+
+Whatever goes wrong, a ``/v1`` client gets an OpenAI-shaped JSON body: an exception
+no view turned into an ``ApiError`` becomes a 500 ``internal_error`` (logged, and
+counted in ``meridian_internal_errors_total`` and ``meridian_requests_total``), and a
+request Django itself refuses (an undecodable path) gets its status with a JSON body.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from django.core.exceptions import RequestAborted
 from django.core.handlers.asgi import ASGIHandler, get_script_prefix
-from django.core.handlers.exception import convert_exception_to_response
 from django.http import HttpRequest, HttpResponseBase
 from django.urls import set_script_prefix
 
 from routing.asgi_types import ASGIApp, Receive, Scope, Send
+from routing.calls import ROUTE_FORWARDED_IN, ROUTE_LOCAL
+from routing.core import errors
+from routing.errors import error_response
+from routing.internal_auth import forwarded_by_peer
+from routing.process import current_runtime
 
 API_PREFIX = "/v1/"
+# The model label of a request that failed before its model was known.
+UNKNOWN_MODEL_LABEL = "-"
+
+logger = logging.getLogger(__name__)
 
 
 class ApiASGIHandler(ASGIHandler):
@@ -51,8 +65,8 @@ class ApiASGIHandler(ASGIHandler):
         self._view_middleware: list[Any] = []
         self._template_response_middleware: list[Any] = []
         self._exception_middleware: list[Any] = []
-        get_response = self._get_response_async if is_async else self._get_response
-        self._middleware_chain = convert_exception_to_response(get_response)
+        # Django's own converter would answer an unexpected exception with an HTML page.
+        self._middleware_chain = _json_on_exception(self._get_response_async)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -67,8 +81,9 @@ class ApiASGIHandler(ASGIHandler):
         try:
             set_script_prefix(get_script_prefix(scope))
             match self.create_request(scope, body_file):
-                case (None, error_response):
-                    await self.send_response(error_response, send)
+                case (None, refused):
+                    error = errors.request_refused_by_server(refused.status_code)
+                    await self.send_response(error_response(error), send)
                 case (request, _):
                     await self._respond(request, receive, send)
         finally:
@@ -97,6 +112,31 @@ class ApiASGIHandler(ASGIHandler):
                     task.result()  # re-raises a view or send failure, as Django does
         if not worker.cancelled():
             _release(worker.result())
+
+
+def _json_on_exception(
+    get_response: Callable[[HttpRequest], Awaitable[HttpResponseBase]],
+) -> Callable[[HttpRequest], Awaitable[HttpResponseBase]]:
+    async def respond(request: HttpRequest) -> HttpResponseBase:
+        try:
+            return await get_response(request)
+        except Exception:
+            logger.exception("unhandled error on %s %s", request.method, request.path)
+            _count_internal_error(request)
+            return error_response(errors.internal_error())
+
+    return respond
+
+
+def _count_internal_error(request: HttpRequest) -> None:
+    runtime = current_runtime()
+    if runtime is None:
+        return
+    forwarded = forwarded_by_peer(request, runtime.config.internal_token)
+    runtime.metrics.internal_errors.inc()
+    runtime.metrics.requests.inc(
+        UNKNOWN_MODEL_LABEL, "500", ROUTE_FORWARDED_IN if forwarded else ROUTE_LOCAL
+    )
 
 
 def _release(response: HttpResponseBase) -> None:

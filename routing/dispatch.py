@@ -33,6 +33,7 @@ from routing.core import errors
 from routing.core.dispatch import Decision, DispatchCore, Failure, Refuse, Send, Ticket, Wait
 from routing.core.remote import Placement
 from routing.core.sse import SseRelay, Usage
+from routing.internal_auth import PEER_TOKEN_HEADER
 from routing.queue_pump import QueuePump, Waiter
 from routing.telemetry import CLIENT_CLOSED, BalancerMetrics
 from routing.transport import Transport, UpstreamRequest
@@ -59,8 +60,10 @@ class Dispatcher:
         balancer: str,
         loop: asyncio.AbstractEventLoop,
         cache_view: CacheViewMonitor | None = None,
+        internal_token: str = "",
     ) -> None:
         self.cache_view = cache_view
+        self.internal_token = internal_token
         self.core = core
         self.pump = pump
         self.transport = transport
@@ -96,6 +99,10 @@ class Dispatcher:
         handed_over = False
         expected = self._expected_cached(call, placement)
         try:
+            if send.delay_s > 0:
+                # A retry's jittered backoff, inside the try: a client that leaves
+                # meanwhile still gives the lease back in the finally below.
+                await asyncio.sleep(send.delay_s)
             opened = await self.transport.open(self._request(call, placement))
             if call.request.stream and 200 <= opened.status < 300:
                 response = self._streaming(call, ticket, placement, route, opened, expected)
@@ -137,6 +144,8 @@ class Dispatcher:
             "X-Request-ID": call.request_id,
             "Accept-Encoding": "identity",
             HOP_HEADER: self.balancer,
+            # Proves the hop header ours: the peer believes it only with this token.
+            PEER_TOKEN_HEADER: self.internal_token,
         }
         session = call.descriptor.session_key
         if not call.request.user and session.isascii():

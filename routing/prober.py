@@ -9,8 +9,11 @@ for the policies and for SP-P availability (SkyLB §3.3, Algorithm 1 lines
 regional queue through the router's ``on_change``.
 
 ``MERIDIAN_PROBE_FAILURE_THRESHOLD`` consecutive failures make a replica
-unhealthy; one success makes it healthy again (also after the proxy marked it
-failed on a dispatch error, SkyServe's readiness-probe rule).  Celery's slower
+unhealthy, as does a dispatch error; either opens its circuit breaker
+(``routing.core.breaker``): probes during the hold-down
+(``MERIDIAN_BREAKER_HOLD_DOWN_S``) do not count, and after it
+``MERIDIAN_BREAKER_READMIT_PROBES`` good probes in a row make it healthy again,
+so one good probe does not readmit a flapping replica.  Celery's slower
 probes feed the console and the database; this one feeds routing (DESIGN.md,
 "The sub-second probe that selective pushing needs runs inside each balancer").
 

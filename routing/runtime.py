@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -45,12 +46,15 @@ from django.db import DatabaseError
 
 from routing.cache_view import CacheViewMonitor
 from routing.core import errors
+from routing.core.auth_failures import AuthFailureLimiter
+from routing.core.backoff import RetryBackoff
 from routing.core.block_identity import (
     BLOCK_IDENTITY_KEY,
     BlockIdentityConfig,
     ModelBlockSchemes,
     parse_block_identity,
 )
+from routing.core.breaker import BreakerConfig
 from routing.core.cache_view_check import MismatchConfig
 from routing.core.dispatch import DispatchCore, Ticket
 from routing.core.kv_events import split_kv_event_params
@@ -111,6 +115,12 @@ class BalancerConfig:
     retry_after_s: int
     peer_queue_buffer: int
     probe_stale_s: float = 2.0
+    upstream_warm_connections: int = 8
+    retry_backoff_s: float = 0.025
+    retry_backoff_max_s: float = 0.5
+    breaker_hold_down_s: float = 1.0
+    breaker_max_hold_down_s: float = 30.0
+    breaker_readmit_probes: int = 2
     probe_min_gap_s: float = 0.02
     availability_interval_s: float = 0.3
     availability_ttl_s: float = 2.0
@@ -130,6 +140,8 @@ class BalancerConfig:
     seconds_per_iteration: float = 0.02
     live_publish_s: float = 1.0
     live_stream_maxlen: int = 4096
+    auth_failure_limit: int = 20
+    auth_failure_window_s: float = 60.0
 
     @classmethod
     def from_settings(cls) -> BalancerConfig:
@@ -154,6 +166,12 @@ class BalancerConfig:
             retry_after_s=s.MERIDIAN_RETRY_AFTER_S,
             peer_queue_buffer=s.MERIDIAN_PEER_QUEUE_BUFFER,
             probe_stale_s=s.MERIDIAN_PROBE_STALE_S,
+            upstream_warm_connections=s.MERIDIAN_UPSTREAM_WARM_CONNECTIONS,
+            retry_backoff_s=s.MERIDIAN_RETRY_BACKOFF_S,
+            retry_backoff_max_s=s.MERIDIAN_RETRY_BACKOFF_MAX_S,
+            breaker_hold_down_s=s.MERIDIAN_BREAKER_HOLD_DOWN_S,
+            breaker_max_hold_down_s=s.MERIDIAN_BREAKER_MAX_HOLD_DOWN_S,
+            breaker_readmit_probes=s.MERIDIAN_BREAKER_READMIT_PROBES,
             probe_min_gap_s=s.MERIDIAN_PROBE_MIN_GAP_S,
             availability_interval_s=s.MERIDIAN_AVAILABILITY_INTERVAL_S,
             availability_ttl_s=s.MERIDIAN_AVAILABILITY_TTL_S,
@@ -173,6 +191,8 @@ class BalancerConfig:
             seconds_per_iteration=s.MERIDIAN_SECONDS_PER_ITERATION,
             live_publish_s=s.MERIDIAN_LIVE_PUBLISH_S,
             live_stream_maxlen=s.MERIDIAN_LIVE_STREAM_MAXLEN,
+            auth_failure_limit=s.MERIDIAN_AUTH_FAILURE_LIMIT,
+            auth_failure_window_s=s.MERIDIAN_AUTH_FAILURE_WINDOW_S,
         )
 
 
@@ -225,6 +245,11 @@ class BalancerRuntime:
             _policy_or_default,
             max_outstanding=config.max_outstanding,
             probe_stale_s=config.probe_stale_s,
+            breaker=BreakerConfig(
+                config.breaker_hold_down_s,
+                max(config.breaker_hold_down_s, config.breaker_max_hold_down_s),
+                config.breaker_readmit_probes,
+            ),
         )
         self.remote = RemoteRouter(
             _policy_or_default,
@@ -239,6 +264,12 @@ class BalancerRuntime:
             self.queues,
             max_attempts=config.max_attempts,
             retry_after_s=config.retry_after_s,
+            # Seeded from the OS: balancers must not jitter their retries in lockstep.
+            backoff=RetryBackoff(
+                config.retry_backoff_s,
+                max(config.retry_backoff_s, config.retry_backoff_max_s),
+                random.Random().random,
+            ),
             probe_min_gap_s=config.probe_min_gap_s,
             alive=alive,
             forecast=build_forecast(
@@ -263,6 +294,9 @@ class BalancerRuntime:
         self.block_schemes = ModelBlockSchemes(config.hash_seed)
         # LoRA adapter -> base model: learned from the replicas' /v1/models, config on top.
         self.adapters = AdapterDirectory(config.lora_adapters)
+        self.auth_failures = AuthFailureLimiter(
+            config.auth_failure_limit, config.auth_failure_window_s
+        )
         self.prober = ReplicaProber(
             self.client,
             self.router,
@@ -306,6 +340,7 @@ class BalancerRuntime:
             balancer=config.balancer,
             loop=loop,
             cache_view=self.cache_view,
+            internal_token=config.internal_token,
         )
         self.poller = AvailabilityPoller(
             self._report_fetch(), self.remote, on_error=self.metrics.availability_errors.inc
@@ -351,12 +386,21 @@ class BalancerRuntime:
                 f"topology could not be loaded ({exc})", self.config.retry_after_s
             ) from exc
 
+    async def _probe_and_warm(self) -> None:
+        """A probe round, then keep ``upstream_warm_connections`` connections open (busy
+        or idle) to every healthy replica, so a burst finds the pool warm."""
+        await self.prober.probe_all()
+        want = self.config.upstream_warm_connections
+        if want > 0:
+            healthy = [t.url for t in self.router.targets() if t.healthy]
+            await asyncio.gather(*(self.upstream.warm(url, want) for url in healthy))
+
     async def _first_start(self) -> None:
         await self.refresh_topology(raise_errors=True)
-        await self.prober.probe_all()
+        await self._probe_and_warm()
         self._tasks = [
             self._spawn("topology", self.config.topology_refresh_s, self.refresh_topology),
-            self._spawn("probe", self.config.probe_interval_s, self.prober.probe_all),
+            self._spawn("probe", self.config.probe_interval_s, self._probe_and_warm),
             self._spawn("availability", self.config.availability_interval_s, self.poller.poll_all),
             self._spawn("heartbeat", self.config.heartbeat_interval_s, self.exchange_heartbeats),
             self._spawn("kv-subscribe", self.config.topology_refresh_s, self.kv.reconcile),
@@ -474,13 +518,45 @@ class BalancerRuntime:
     async def close(self) -> None:
         for task in self._tasks:
             task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-        await self.kv.close()
-        await self.prober.close()
-        await self.client.aclose()
-        await self.upstream.aclose()
-        await self.peers.close()
-        await self.live.close()
+        tasks = self._tasks
+        await close_in_order(
+            [
+                ("background loops", lambda: asyncio.gather(*tasks, return_exceptions=True)),
+                ("KV-event streams", self.kv.close),
+                ("replica prober", self.prober.close),
+                ("HTTP client", self.client.aclose),
+                ("upstream pool", self.upstream.aclose),
+                ("peer heartbeats", self.peers.close),
+                ("live feed", self.live.close),
+            ],
+            timeout_s=CLOSE_STEP_TIMEOUT_S,
+        )
+
+
+# A shutdown step that outlives this is logged and left behind: a balancer told to
+# stop must stop, whatever one dependency is waiting for.
+CLOSE_STEP_TIMEOUT_S = 5.0
+
+
+async def close_in_order(
+    steps: list[tuple[str, Callable[[], Awaitable[object]]]], *, timeout_s: float
+) -> list[str]:
+    """Run each close step in turn, each bounded by ``timeout_s``; the names of the
+    steps that did not finish in time (logged with what the process was waiting on)."""
+    stuck: list[str] = []
+    for name, step in steps:
+        try:
+            await asyncio.wait_for(step(), timeout_s)
+        except TimeoutError:
+            stuck.append(name)
+            pending = [t.get_name() for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            logger.warning(
+                "shutdown: %s did not close within %.0f s; going on without it (tasks: %s)",
+                name,
+                timeout_s,
+                ", ".join(sorted(pending)) or "none",
+            )
+    return stuck
 
 
 _runtime: BalancerRuntime | None = None

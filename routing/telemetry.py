@@ -64,6 +64,10 @@ class BalancerMetrics:
             "Finished requests by model, HTTP status and route.",
             ["model", "status", "route"],
         )
+        self.internal_errors = r.counter(
+            "meridian_internal_errors_total",
+            "API requests that raised an unexpected exception (answered 500, JSON body).",
+        )
         self.unknown_paths = r.counter(
             "meridian_unknown_path_requests_total",
             "Requests to a /v1 path no route serves (answered 404), by method.",

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import ssl
+import weakref
 from collections import deque
 from collections.abc import AsyncIterator, Mapping
 from urllib.parse import urlsplit
@@ -202,6 +203,9 @@ class UpstreamPool:
         self._idle: dict[Origin, list[_Connection]] = {}
         self._closed = False
         self._tls: ssl.SSLContext | None = None  # made on the first https:// upstream
+        self._warming: set[Origin] = set()
+        # Every connection opened, busy or idle (weak: a closed one just goes away).
+        self._opened: dict[Origin, weakref.WeakSet[_Connection]] = {}
 
     async def post(self, url: str, body: bytes, headers: Mapping[str, str]) -> UpstreamResponse:
         """Send a POST and wait for the response head; ``UpstreamError`` on failure."""
@@ -248,7 +252,39 @@ class UpstreamPool:
             )
         except (OSError, TimeoutError) as exc:
             raise UpstreamError(f"connect to {host}:{port} failed: {exc!r}") from exc
+        self._opened.setdefault(origin, weakref.WeakSet()).add(conn)
         return conn
+
+    async def warm(self, url: str, connections: int) -> int:
+        """Open connections to ``url``'s origin until it has ``connections`` open, busy
+        or idle; the number opened.  A burst on a cold pool otherwise opens one connection per
+        request at once, on the same loop that is parsing the burst, and connects
+        that wait behind it can run past the connect timeout.  A failure is left to
+        the prober, which sees the replica down on its own."""
+        origin = _origin(url)
+        if self._closed or origin in self._warming:
+            return 0
+        idle = self._idle.setdefault(origin, [])
+        idle[:] = [conn for conn in idle if not conn.lost]
+        live = sum(1 for conn in self._opened.get(origin, ()) if not conn.lost)
+        missing = min(connections, MAX_IDLE_PER_ORIGIN) - live
+        if missing <= 0:
+            return 0
+        self._warming.add(origin)
+        try:
+            opened = await asyncio.gather(
+                *(self._connect(origin) for _ in range(missing)), return_exceptions=True
+            )
+        finally:
+            self._warming.discard(origin)
+        fresh = [conn for conn in opened if isinstance(conn, _Connection)]
+        if self._closed:
+            for conn in fresh:
+                conn.close()
+            return 0
+        # Never used, so idle as they are (``release`` is for connections after a response).
+        idle.extend(fresh)
+        return len(fresh)
 
     def release(self, origin: Origin, conn: _Connection) -> None:
         """Back to the idle stack when its response was read to the end, else closed."""
@@ -267,16 +303,22 @@ class UpstreamPool:
         self._idle.clear()
 
 
-def _request_head(url: str, headers: Mapping[str, str], length: int) -> tuple[Origin, bytes]:
+def _origin(url: str) -> Origin:
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise UpstreamError(f"not an http(s) URL: {url!r}")
     tls = parts.scheme == "https"
-    port = parts.port or (443 if tls else 80)
+    return parts.hostname, parts.port or (443 if tls else 80), tls
+
+
+def _request_head(url: str, headers: Mapping[str, str], length: int) -> tuple[Origin, bytes]:
+    parts = urlsplit(url)
+    origin = _origin(url)
+    port = origin[1]
     target = parts.path or "/"
     if parts.query:
         target += "?" + parts.query
     lines = [f"POST {target} HTTP/1.1", f"Host: {parts.hostname}:{port}"]
     lines += [f"{name}: {value}" for name, value in headers.items()]
     lines.append(f"Content-Length: {length}")
-    return (parts.hostname, port, tls), ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+    return origin, ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")

@@ -26,6 +26,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from fleet.models import Balancer, MetricRollup
+from routing.internal_auth import install_headers
 from workers.promtext import Sample, counter_deltas, parse
 from workers.rollup_math import (
     REPLICA_REQUESTS,
@@ -105,7 +106,9 @@ async def _scrape_one(client: httpx.AsyncClient, balancer: Balancer) -> Scrape |
 
 
 async def _scrape_all(balancers: list[Balancer], timeout: float) -> list[Scrape | str]:
-    async with httpx.AsyncClient(timeout=timeout, trust_env=False) as client:
+    async with httpx.AsyncClient(
+        timeout=timeout, trust_env=False, headers=install_headers()
+    ) as client:
         return await asyncio.gather(*(_scrape_one(client, b) for b in balancers))
 
 

@@ -2,8 +2,10 @@
 summary the Cost page lays out.
 
 Served by the console process (not the balancers: billing is control-plane data that
-needs the database).  Money is USD over the window ``MERIDIAN_COST_WINDOW_S``; a
-saving with nothing to compare against is ``NaN``.
+needs the database).  It wants credentials: a staff session, or
+``MERIDIAN_METRICS_TOKEN`` or the internal token as a bearer token.  Money is USD
+over the window ``MERIDIAN_COST_WINDOW_S``; a saving with nothing to compare
+against is ``NaN``.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from django.http import HttpRequest, HttpResponse
 from django.utils import timezone
 from django.views.decorators.http import require_GET
 
+from routing.internal_auth import may_scrape
 from workers.cost import cost_summary
 from workers.costing import CostSummary
 
@@ -89,5 +92,11 @@ def render_cost(summary: CostSummary) -> str:
 
 @require_GET
 def cost_metrics(request: HttpRequest) -> HttpResponse:
+    # Billing is the operator's business: a staff session, the metrics token (a
+    # Prometheus scrape) or the internal token.
+    if not (request.user.is_staff or may_scrape(request, open_without_token=False)):
+        response = HttpResponse("credentials required\n", status=401, content_type="text/plain")
+        response["WWW-Authenticate"] = "Bearer"
+        return response
     text = render_cost(cost_summary(timezone.now()))
     return HttpResponse(text, content_type="text/plain; version=0.0.4; charset=utf-8")

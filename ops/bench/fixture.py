@@ -35,6 +35,7 @@ import httpx
 from django.conf import settings
 
 from ops.bench.seed import SeedSpec
+from ops.stack.plan import GUARDED_HTTP
 from ops.stack.readiness import StartupError, wait_until_answering
 from ops.stack.supervisor import Child, ChildSpec, Supervisor, python_argv, tail
 
@@ -65,7 +66,7 @@ def server_argv(server: str, port: int) -> tuple[str, ...]:
     if server == "uvicorn":
         return python_argv(
             "-m", "uvicorn", "--host", HOST, "--port", str(port), "--lifespan", "off",
-            "--http", "httptools", "--no-access-log", "--log-level", "warning", app,
+            "--http", GUARDED_HTTP, "--no-access-log", "--log-level", "warning", app,
         )  # fmt: skip
     raise ValueError(f"unknown server {server!r}; expected one of {SERVERS}")
 

@@ -8,7 +8,8 @@ Three tables, all measured in this process on the very policy objects the balanc
    pre-loaded with ``--prefixes`` cached prefixes (100k by default: 1,000 shared
    system prompts of 8 blocks, each with 100 distinct 4-block continuations), and each
    measured prompt reuses three quarters of an earlier prompt, as a follow-up turn of a
-   conversation does, so the match walks deep and the insert adds a fresh tail.
+   conversation does, so the match walks deep and the insert adds a fresh tail.  The
+   preloading requests complete; the measured ones stay in flight.
 2. **Tokenization + hashing** per 8k tokens (``WordTokenizer`` and 16-token chained
    block hashing), the per-request cost the balancer pays before any policy runs.
 3. **Memory** per cached block and per 4k-token prefix (256 blocks, tracemalloc) of
@@ -198,12 +199,22 @@ def make_targets(n: int, rng: random.Random) -> list[TargetState]:
 
 
 def preload(policy: Policy, work: Workload, targets: list[TargetState], count: int) -> None:
-    """Route ``count`` prefixes; a cache map also hears the replicas' BlockStored events."""
+    """Route ``count`` prefixes; a cache map also hears the replicas' BlockStored events.
+
+    Each preloading request then completes: the prefixes are cached because the
+    requests that brought them finished.  Without it a policy that keeps a ledger
+    of in-flight work (``meridian``) would be measured on 100k requests still
+    queued (about 20 s of prefill queued on every one of 512 replicas), a state
+    no balancer reaches."""
     cache_map: CacheMap | None = getattr(policy, "cache_map", None)
     for blocks in work.prefixes(count):
-        chosen = policy.select(work.request(blocks), targets)
-        if cache_map is not None and chosen is not None:
+        request = work.request(blocks)
+        chosen = policy.select(request, targets)
+        if chosen is None:
+            continue
+        if cache_map is not None:
             cache_map.apply_stored(chosen.target_id, blocks)
+        policy.on_complete(request, chosen, ok=True)
 
 
 # -- table 1: decisions -------------------------------------------------------------------

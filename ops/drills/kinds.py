@@ -11,7 +11,9 @@ shares with the balancers and the worker), plus one poll and
   adopts the replicas at its next topology refresh (or the killed balancer is back
   first, restarted, and routes to them itself);
 * slow-replica: the in-process probe sees the queue build (``failure_threshold``
-  probe intervals) or the outstanding count grows at the next dispatch.
+  probe intervals) or the outstanding count grows at the next dispatch, and
+  load-aware selection sends the next requests elsewhere: the replica's share of
+  what the balancers dispatch falls (``TrafficMovedAway``).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from django.conf import settings
 
 from fleet.models import Balancer, DrillRun, Replica
 from ops.drills.faults import kill_balancer, loopback_port, set_fault
-from ops.drills.reactions import replica_avoided, replicas_left_routing, replicas_taken_over
+from ops.drills.reactions import TrafficMovedAway, replicas_left_routing, replicas_taken_over
 from ops.drills.runner import DrillPlan
 from workers.ownership import balancers_serving
 from workers.replica_states import mark_preempted
@@ -94,8 +96,18 @@ def kill_balancer_plan(balancer: Balancer) -> DrillPlan:
     )
 
 
+# Requests dispatched since the fault before a share can say traffic moved: fewer
+# and one request more or less to the slowed replica swings its share.
+SLOW_REPLICA_MIN_DISPATCHED = 8
+
+
 def slow_replica_plan(replica: Replica, *, factor: float, duration_s: float) -> DrillPlan:
+    moved = TrafficMovedAway(
+        _serving_urls([replica]), replica.name, min_dispatched=SLOW_REPLICA_MIN_DISPATCHED
+    )
+
     def inject() -> str:
+        moved.mark()
         set_fault(replica.url, "slow", factor=factor)
         return f"{replica.name} {factor:g}x slower for {duration_s:g}s"
 
@@ -108,7 +120,7 @@ def slow_replica_plan(replica: Replica, *, factor: float, duration_s: float) -> 
         target=f"{replica.name} x{factor:g}",
         bound_s=slow_replica_bound(),
         inject=inject,
-        check=replica_avoided(_serving_urls([replica]), replica.name),
+        check=moved,
         restore=restore,
         hold_s=duration_s,
     )

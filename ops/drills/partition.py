@@ -26,6 +26,7 @@ from fleet.models import Balancer, DrillRun, Region
 from ops.drills.reactions import Reaction, ReactionCheck
 from ops.drills.runner import DrillPlan
 from ops.drills.targets import DrillError
+from routing.internal_auth import install_headers
 
 KIND = DrillRun.Kind.PARTITION
 FAULTS_PATH = "/internal/faults"
@@ -73,7 +74,9 @@ def region_balancers(name: str) -> list[Balancer]:
 def peer_alive(url: str, timeout: float = 1.0) -> dict[str, bool] | None:
     """peer name -> alive, as the balancer at ``url`` routes; None if it does not answer."""
     try:
-        response = httpx.get(url.rstrip("/") + "/internal/state", timeout=timeout)
+        response = httpx.get(
+            url.rstrip("/") + "/internal/state", timeout=timeout, headers=install_headers()
+        )
         response.raise_for_status()
         rows = response.json().get("peers") or []
     except (httpx.HTTPError, ValueError, AttributeError):

@@ -9,12 +9,11 @@ of a drill is the moment clients' requests stop reaching the broken thing.
 * ``replicas_taken_over``: answering balancers list every one of them (failover
   handed a dead balancer's replicas to a live one, SkyLB §4.2, or the dead one is
   back).
-* ``replica_avoided``: the balancer's view of a slowed replica shows the load that
-  makes load-aware selection prefer other replicas: unhealthy, reported
-  unavailable, requests waiting in its engine, or more requests outstanding on it
-  than on the least-loaded healthy replica of its model, on ``polls`` consecutive
-  polls (one poll can catch a healthy replica mid-request by chance; a slowed one
-  stays busy).
+* ``TrafficMovedAway``: traffic left a slowed replica, as an operator sees it on
+  the balancers' own per-replica counters: its share of the requests dispatched
+  since the fault fell below half the share it had before the fault.
+  (Internal load signals can say "loaded" while traffic still flows to it, and
+  traffic can move while no single poll catches the load: the share is the fact.)
 """
 
 from __future__ import annotations
@@ -24,6 +23,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx
+
+from ops.drills.judging import traffic_share
+from routing.internal_auth import install_headers
 
 
 @dataclass(frozen=True)
@@ -38,7 +40,12 @@ ReactionCheck = Callable[[], Reaction]
 def replica_rows(url: str, *, timeout: float = 1.0) -> list[dict[str, Any]] | None:
     """The balancer's replica rows, or None when it does not answer."""
     try:
-        response = httpx.get(url.rstrip("/") + "/internal/state", timeout=timeout, trust_env=False)
+        response = httpx.get(
+            url.rstrip("/") + "/internal/state",
+            timeout=timeout,
+            trust_env=False,
+            headers=install_headers(),
+        )
         response.raise_for_status()
         state = response.json()
     except (httpx.HTTPError, ValueError):
@@ -86,44 +93,51 @@ def replicas_taken_over(live_urls: Iterable[str], names: Iterable[str]) -> React
     return check
 
 
-def _loaded(row: dict[str, Any], peers: list[dict[str, Any]]) -> str | None:
-    """Why selection would now prefer other replicas over ``row``, if it would."""
-    if not row.get("healthy", True):
-        return "unhealthy"
-    if row.get("available") is False:
-        return "unavailable"
-    if int(row.get("waiting") or 0) > 0:
-        return f"{row['waiting']} waiting in its engine"
-    healthy = [int(p.get("outstanding") or 0) for p in peers if p.get("healthy")]
-    outstanding = int(row.get("outstanding") or 0)
-    if healthy and outstanding > min(healthy):
-        return f"{outstanding} outstanding vs {min(healthy)} on the least-loaded replica"
-    return None
-
-
-def _why_loaded(urls: list[str], name: str) -> str | None:
+def dispatched_by_replica(urls: Iterable[str], name: str) -> dict[str, int] | None:
+    """Requests each balancer dispatched to every replica of ``name``'s model (those
+    finished plus those outstanding, from its own counters), summed over balancers;
+    None when no balancer answers."""
+    totals: dict[str, int] = {}
+    answered = False
     for url in urls:
-        rows = replica_rows(url) or []
-        row = next((r for r in rows if r.get("name") == name), None)
-        if row is None:
+        rows = replica_rows(url)
+        if rows is None:
             continue
-        peers = [r for r in rows if r is not row and r.get("model") == row.get("model")]
-        why = _loaded(row, peers)
-        if why:
-            return f"{url} sees {name} loaded: {why}"
-    return None
+        answered = True
+        model = next((r.get("model") for r in rows if r.get("name") == name), None)
+        for row in rows:
+            if model is not None and row.get("model") == model:
+                sent = int(row.get("requests") or 0) + int(row.get("outstanding") or 0)
+                key = str(row["name"])
+                totals[key] = totals.get(key, 0) + sent
+    return totals if answered else None
 
 
-def replica_avoided(balancer_urls: Iterable[str], name: str, *, polls: int = 2) -> ReactionCheck:
-    urls = sorted(set(balancer_urls))
-    streak: list[str] = []
+class TrafficMovedAway:
+    """Reacted when the slowed replica's share of the requests dispatched since the
+    fault fell below half the share it had before (its fair share when too little
+    was dispatched before to tell): what an operator sees on the balancer's
+    per-replica request counters (``ops.drills.judging.traffic_share``).
 
-    def check() -> Reaction:
-        why = _why_loaded(urls, name)
-        if why is None:
-            streak.clear()
-            return Reaction(False, f"no balancer sees {name} loaded yet")
-        streak.append(why)
-        return Reaction(len(streak) >= polls, why)
+    ``mark`` takes the counters at injection; a check before any mark takes them
+    then."""
 
-    return check
+    def __init__(self, balancer_urls: Iterable[str], name: str, *, min_dispatched: int) -> None:
+        self.urls, self.name = sorted(set(balancer_urls)), name
+        self.min_dispatched = min_dispatched
+        self.before: dict[str, int] | None = None
+
+    def mark(self) -> None:
+        self.before = dispatched_by_replica(self.urls, self.name) or {}
+
+    def __call__(self) -> Reaction:
+        now = dispatched_by_replica(self.urls, self.name)
+        if now is None:
+            return Reaction(False, "no balancer answers")
+        if self.before is None:
+            self.before = now
+        share = traffic_share(self.before, now, self.name, min_before=self.min_dispatched)
+        if share is None:
+            return Reaction(False, f"no balancer routes {self.name}")
+        moved = share.moved_away(min_dispatched=self.min_dispatched)
+        return Reaction(moved, share.describe(self.name))

@@ -35,6 +35,7 @@ from fleet.models import Balancer, DrillRun
 from ops.drills.reactions import Reaction, ReactionCheck
 from ops.drills.runner import DrillPlan
 from ops.drills.targets import DrillError
+from routing.internal_auth import install_headers
 
 KIND = DrillRun.Kind.REDIS_OUTAGE
 
@@ -108,7 +109,12 @@ def wait_redis_back(url: str, timeout_s: float) -> str:
 
 def redis_view(url: str) -> dict[str, Any] | None:
     try:
-        response = httpx.get(url.rstrip("/") + "/internal/state", timeout=1.0, trust_env=False)
+        response = httpx.get(
+            url.rstrip("/") + "/internal/state",
+            timeout=1.0,
+            trust_env=False,
+            headers=install_headers(),
+        )
         response.raise_for_status()
         view = response.json().get("redis")
     except (httpx.HTTPError, ValueError, AttributeError):

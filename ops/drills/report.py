@@ -1,24 +1,25 @@
-"""A drill's record as the text its command prints."""
+"""A drill's record as the text its command prints: every kind in one format
+(``ops.drills.judging.DrillReport``, rendered by ``ops.drills.judging.render``)."""
 
 from __future__ import annotations
 
 from fleet.models import DrillRun
+from ops.drills.judging import DrillReport, PhaseCounts, render
+
+
+def report_of(run: DrillRun) -> DrillReport:
+    return DrillReport(
+        kind=run.kind,
+        number=run.pk,
+        target=run.target,
+        bound_s=run.bound_s,
+        reaction_s=run.reaction_s,
+        outcome=run.outcome,
+        timeline=[(float(e["t"]), str(e["event"])) for e in run.timeline],
+        before=PhaseCounts(run.succeeded_before, run.retried_before, run.failed_before),
+        after=PhaseCounts(run.succeeded_after, run.retried_after, run.failed_after),
+    )
 
 
 def format_run(run: DrillRun) -> str:
-    reaction = f"{run.reaction_s:.2f}s" if run.reaction_s is not None else "none"
-    lines = [
-        f"drill {run.kind} #{run.pk}: {run.target}",
-        f"reaction: {reaction} (bound {run.bound_s:.1f}s)",
-        "timeline:",
-    ]
-    lines += [f"  +{float(e['t']):7.2f}s  {e['event']}" for e in run.timeline]
-    lines += [
-        "requests (by when sent)   succeeded  retried  failed",
-        f"  before the reaction     {run.succeeded_before:9d}  {run.retried_before:7d}"
-        f"  {run.failed_before:6d}",
-        f"  after the reaction      {run.succeeded_after:9d}  {run.retried_after:7d}"
-        f"  {run.failed_after:6d}",
-        f"outcome: {run.outcome}",
-    ]
-    return "\n".join(lines)
+    return render(report_of(run))

@@ -6,8 +6,10 @@ requests in it), the fault is injected, the balancers' state is polled every
 detection periods plus slack) runs out, traffic goes on for ``after_s`` past the
 reaction (and the fault is held at least ``hold_s``), then the fault is restored if
 the plan can, traffic stops and every request is counted on its side of the
-reaction point by when it was *sent*.  Outcome: passed when routing reacted in time
-and no request sent after the reaction failed.  A plan with a ``converge`` check
+reaction point by when it was *sent*.  Outcome (``ops.drills.judging.judge``):
+passed when routing reacted within the bound and no request sent after the
+reaction failed; a reaction seen after the bound, even by a check started before
+it, fails the drill.  A plan with a ``converge`` check
 (partition, Redis outage) also has to see the system whole again within
 ``converge_bound_s`` after the fault is cleared, else the outcome is
 ``not-converged``.
@@ -27,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from django.utils import timezone
 
 from fleet.models import DrillRun
+from ops.drills.judging import judge
 from ops.drills.traffic import RequestRecord, TrafficConfig, split_at
 
 if TYPE_CHECKING:
@@ -93,18 +96,29 @@ class _Drill:
             timeline.add(f"clients now sent to {url}")
 
     def watch(self, timeline: Timeline, injected_at: float) -> None:
-        while not self.stop.is_set() and time.monotonic() - injected_at <= self.plan.bound_s:
-            reaction = self.plan.check()
+        """Poll the check until it sees the reaction or the bound has passed.  The
+        deadline is read *after* each check: a check started in time that answers
+        late (a slow poll on a busy machine) is recorded with the time it answered,
+        and ``judge`` fails a reaction past its bound."""
+        last = None
+        while not self.stop.is_set():
+            reaction = last = self.plan.check()
+            answered = time.monotonic()
             self.follow_clients(timeline)
             if reaction.reacted:
                 # Clients were re-pointed just above, so every request sent from here
                 # on goes where routing now serves the region.
-                self.reacted_at = time.monotonic()
-                took = self.reacted_at - injected_at
-                timeline.add(f"routing reacted after {took:.2f}s: {reaction.detail}")
+                self.reacted_at = answered
+                took = answered - injected_at
+                late = " (past the bound)" if took > self.plan.bound_s else ""
+                timeline.add(f"routing reacted after {took:.2f}s{late}: {reaction.detail}")
                 return
+            if answered - injected_at > self.plan.bound_s:
+                break
             self.stop.wait(self.options.poll_s)
-        timeline.add(f"routing did not react within {self.plan.bound_s:.1f}s")
+        # What the check saw last: the measurement that fell short.
+        seen = f": last check saw {last.detail}" if last is not None else ""
+        timeline.add(f"routing did not react within {self.plan.bound_s:.1f}s{seen}")
 
     def converge(self, timeline: Timeline) -> None:
         check = self.plan.converge
@@ -224,12 +238,11 @@ def _finish(
 
 
 def _outcome(run: DrillRun, aborted: bool, converged: bool | None = None) -> str:
-    if aborted:
-        return DrillRun.Outcome.ABORTED
-    if run.reaction_s is None:
-        return DrillRun.Outcome.NO_REACTION
-    if converged is False:
-        return DrillRun.Outcome.NOT_CONVERGED
-    if run.failed_after:
-        return DrillRun.Outcome.FAILED_AFTER_REACTION
-    return DrillRun.Outcome.PASSED
+    verdict = judge(
+        reaction_s=run.reaction_s,
+        bound_s=run.bound_s,
+        failed_after=run.failed_after,
+        converged=converged,
+        aborted=aborted,
+    )
+    return verdict.outcome

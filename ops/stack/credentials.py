@@ -10,6 +10,7 @@ from pathlib import Path
 from django.contrib.auth import get_user_model
 
 from fleet.models import ApiKey, hash_api_key
+from fleet.private_files import write_private
 
 ADMIN_USERNAME = "admin"
 DEMO_KEY_NAME = "demo"
@@ -28,8 +29,7 @@ def _read_secret(path: Path) -> str:
 
 def _write_secret(path: Path, value: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(value + "\n")
-    path.chmod(0o600)
+    write_private(path, value + "\n")
 
 
 def ensure_admin(var_dir: Path) -> tuple[str, str]:

@@ -31,6 +31,8 @@ class StackOptions:
 
 
 BALANCER_SERVERS = ("uvicorn", "daphne")
+# uvicorn's httptools protocol with header/body deadlines and a header size limit.
+GUARDED_HTTP = "routing.http_protocol:GuardedHttpToolsProtocol"
 
 
 def replica_specs(topology: DemoTopology, options: StackOptions) -> list[ChildSpec]:
@@ -60,7 +62,7 @@ def balancer_argv(server: str, host: str, port: int) -> tuple[str, ...]:
     if server == "uvicorn":
         return python_argv(
             "-m", "uvicorn", "--host", host, "--port", str(port), "--lifespan", "on",
-            "--http", "httptools", "--no-access-log", "meridian.asgi:application",
+            "--http", GUARDED_HTTP, "--no-access-log", "meridian.asgi:application",
         )  # fmt: skip
     if server == "daphne":
         # -v 0: no access-log line per proxied request.

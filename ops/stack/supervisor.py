@@ -24,6 +24,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from fleet.private_files import open_private_log
+
 
 @dataclass(frozen=True)
 class ChildSpec:
@@ -78,7 +80,7 @@ class Supervisor:
     def _spawn(self, spec: ChildSpec) -> tuple[subprocess.Popen[bytes], Path]:
         self.log_dir.mkdir(parents=True, exist_ok=True)
         log_path = self.log_dir / f"{spec.name}.log"
-        with open(log_path, "ab") as log:
+        with open_private_log(log_path) as log:
             process = subprocess.Popen(
                 list(spec.argv),
                 cwd=self.cwd,

@@ -20,12 +20,14 @@ Events and the decisions they return:
   healthy replica), and a full queue refuses it (429 queue full).
 * ``failed``: an attempt failed before its first byte reached the client.  The
   lease goes back; a replica that broke (not one that said 429, busy) is
-  marked unhealthy at once, the prober brings it back; the next attempt
+  marked unhealthy at once and its circuit breaker opens (a hold-down, then
+  trial probes readmit it: ``routing.core.breaker``); the next attempt
   excludes every target already tried, may overtake the queue (the request
   arrived before everything waiting) and queues at the front when it must
-  wait, up to ``max_attempts``.  Then, or when waiting is pointless, it is
-  refused: 502 after a broken target, else 429 while something is merely busy,
-  else 503.
+  wait, up to ``max_attempts``.  A retry placed at once waits a jittered
+  backoff first (``Send.delay_s``, ``routing.core.backoff``).  Then, or when
+  waiting is pointless, it is refused: 502 after a broken target, else 429
+  while something is merely busy, else 503.
 * ``first_token``: the attempt's first token came back; its time since the
   send goes to a policy that learns rates from it (``CostModel``).
 * ``finished``: the response ended (or a target's answer was relayed as it is):
@@ -67,10 +69,11 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Generic, TypeAlias, TypeVar
 
 from routing.core import errors
+from routing.core.backoff import RetryBackoff
 from routing.core.load_anticipator import Outcome
 from routing.core.load_forecast import LoadForecast
 from routing.core.pending_queue import (
@@ -125,12 +128,15 @@ class Send(Generic[P]):
     """Send the request to ``placement`` (its lease already taken).
 
     ``retry``: not the first attempt.  ``waited``: seconds in the queue, when
-    a drain placed it."""
+    a drain placed it.  ``delay_s``: wait this long before sending (a retry's
+    jittered backoff; the lease is held meanwhile, so the slot stays this
+    request's)."""
 
     ticket: Ticket[P]
     placement: Placement
     retry: bool = False
     waited: float | None = None
+    delay_s: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,6 +186,7 @@ class DispatchCore(Generic[P]):
         probe_min_gap_s: float,
         alive: Callable[[Ticket[P]], bool] = _always,
         forecast: LoadForecast | None = None,
+        backoff: RetryBackoff | None = None,
     ) -> None:
         if max_attempts < 1:
             raise ValueError("max_attempts must be at least 1")
@@ -192,6 +199,7 @@ class DispatchCore(Generic[P]):
         # False once the ticket's client is gone: a drain must not place it.
         self.alive = alive
         self.forecast = forecast or LoadForecast()
+        self.backoff = backoff or RetryBackoff()
         self._armed = math.inf
 
     # -- events -------------------------------------------------------------------------
@@ -217,7 +225,9 @@ class DispatchCore(Generic[P]):
             return self._refuse(ticket, self._refusal(ticket))
         retried = self._place(ticket)
         if retried is not None:
-            return self._send(ticket, retried, now)
+            send = self._send(ticket, retried, now)
+            # ``attempts`` counts the one just placed: the first retry is attempt 2.
+            return replace(send, delay_s=self.backoff.delay(ticket.attempts - 1))
         # It arrived before everything now waiting: back in at the front.
         return self._wait(ticket, now, front=True)
 

@@ -93,6 +93,17 @@ def invalid_api_key(provided: bool) -> ApiError:
     return ApiError(401, message, code="invalid_api_key")
 
 
+def too_many_auth_failures(retry_after_s: int) -> ApiError:
+    return ApiError(
+        429,
+        "Too many requests with an invalid API key from your address; retry later with a "
+        "valid key.",
+        type=RATE_LIMIT,
+        code="too_many_auth_failures",
+        headers={"Retry-After": str(retry_after_s)},
+    )
+
+
 def model_not_found(model: str) -> ApiError:
     return ApiError(
         404,
@@ -123,6 +134,22 @@ def method_not_allowed(method: str, allowed: str) -> ApiError:
         code="method_not_allowed",
         headers={"Allow": allowed},
     )
+
+
+def internal_error() -> ApiError:
+    """A bug on the balancer's side: the client learns no detail, the log has it all."""
+    return ApiError(
+        500,
+        "The balancer failed to handle your request; it has been logged. Retry, and report "
+        "it to the operator if it persists.",
+        type=SERVER_ERROR,
+        code="internal_error",
+    )
+
+
+def request_refused_by_server(status: int) -> ApiError:
+    """Django refused the request before any view ran (an undecodable path or header)."""
+    return ApiError(status, "The request could not be read.", code="invalid_request")
 
 
 def not_a_balancer() -> ApiError:

@@ -28,6 +28,7 @@ KV event (``routing.core.block_identity``).
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
@@ -188,6 +189,16 @@ def session_key(
     return request.user or session_header or client_address or ""
 
 
+# How deep a request's JSON may nest.  Real requests stay within a dozen levels
+# (messages, content parts, tool schemas); the cap keeps every later walk of the
+# payload (chat templates, re-encoding) far from Python's recursion limit.
+MAX_JSON_DEPTH = 64
+
+# A JSON escape of a UTF-16 surrogate (D800-DFFF).  Valid UTF-8 bytes cannot
+# carry a surrogate, so only an escape can put one in a parsed string.
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
 def _load_object(body: bytes) -> dict[str, Any]:
     if not body.strip():
         raise errors.invalid_json("the body is empty")
@@ -197,9 +208,38 @@ def _load_object(body: bytes) -> dict[str, Any]:
         raise errors.invalid_json("the body is not UTF-8") from None
     except json.JSONDecodeError as exc:
         raise errors.invalid_json(f"{exc.msg} at line {exc.lineno} column {exc.colno}") from None
+    except RecursionError:
+        raise errors.invalid_json(f"it nests deeper than {MAX_JSON_DEPTH} levels") from None
     if not isinstance(payload, dict):
         raise errors.invalid_json("the top-level value is not an object")
+    _check_structure(payload, strings=not _plain_utf8(body) or bool(_SURROGATE_ESCAPE.search(body)))
     return payload
+
+
+def _check_structure(payload: dict[str, Any], *, strings: bool) -> None:
+    """Refuse nesting past ``MAX_JSON_DEPTH`` and, when ``strings``, any string or key
+    holding a lone surrogate (it has no UTF-8 form, so no tokenizer or replica can
+    read it).  Iterative, so the walk itself cannot overflow the stack."""
+    stack: list[tuple[Any, int]] = [(payload, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if depth > MAX_JSON_DEPTH:
+            raise errors.invalid_json(f"it nests deeper than {MAX_JSON_DEPTH} levels")
+        items = value.items() if isinstance(value, dict) else enumerate(value)
+        for key, item in items:
+            if strings:
+                _check_text(key)
+                _check_text(item)
+            if isinstance(item, dict | list):
+                stack.append((item, depth + 1))
+
+
+def _check_text(value: object) -> None:
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise errors.invalid_json("a string holds a lone UTF-16 surrogate") from None
 
 
 def _prompt(payload: Mapping[str, Any], endpoint: Endpoint) -> Prompt:
@@ -232,7 +272,7 @@ def _input_prompt(
         messages = _checked_messages(found.messages)
         return ChatPrompt(messages, add_generation_prompt=generation_prompt)
     if found.token_ids is not None:
-        return TokenPrompt(found.token_ids)
+        return TokenPrompt(checked_token_ids("input", found.token_ids))
     return _completion_prompt({"prompt": found.prompt, **_special_tokens_field(payload)})
 
 
@@ -295,10 +335,26 @@ def _completion_prompt(payload: Mapping[str, Any]) -> Prompt:
             # A batch of prompts: route on the first; the replica answers all of them.
             return TextPrompt(str(prompt[0]), special)
         if all(isinstance(p, int) and not isinstance(p, bool) for p in prompt):
-            return TokenPrompt(tuple(prompt))
+            return TokenPrompt(checked_token_ids("prompt", prompt))
     raise errors.invalid_type(
         "prompt", "a string, an array of strings or an array of token ids", prompt
     )
+
+
+# Token ids are hashed as unsigned 32-bit values (``routing.core.blocks``); no
+# vocabulary comes near the bound.
+MAX_TOKEN_ID = (1 << 32) - 1
+
+
+def checked_token_ids(param: str, ids: Sequence[int]) -> tuple[int, ...]:
+    """``ids`` as a tuple, refusing any outside ``0..MAX_TOKEN_ID``."""
+    for index, token in enumerate(ids):
+        if not 0 <= token <= MAX_TOKEN_ID:
+            raise errors.invalid_value(
+                f"{param}[{index}]",
+                f"Token ids must be between 0 and {MAX_TOKEN_ID}; got {token}.",
+            )
+    return tuple(ids)
 
 
 def _optional_list(payload: Mapping[str, Any], name: str) -> list[Any] | None:

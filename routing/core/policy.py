@@ -96,7 +96,8 @@ class CostModel(Protocol):
         ...
 
     def region_estimate(self, targets: Sequence[TargetState]) -> float:
-        """Seconds a new request would wait for prefill here (for peers' reports)."""
+        """Seconds a typical new request would wait here before its own prefill
+        (queued prefill or KV room, for peers' reports)."""
         ...
 
     def observe_first_token(

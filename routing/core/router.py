@@ -3,7 +3,9 @@
 ``LocalRouter`` keeps one ``TargetState`` per owned replica (kept across topology
 refreshes, so probe data and health survive), one policy per model (rebuilt only
 when its ServiceConfig changes, so stateful policies keep what they learned),
-one ``ProbeMark`` per replica for selective pushing, and the in-flight ledger.
+one ``ProbeMark`` per replica for selective pushing, one circuit ``Breaker`` per
+replica (``routing.core.breaker``: after a failure a hold-down, then consecutive
+good probes readmit it), and the in-flight ledger.
 
 A replica is a *candidate* for a request when it serves the model, is healthy,
 was not already tried for this request, and is *available* under the model's
@@ -34,6 +36,7 @@ from routing.core.availability import (
     is_available,
     probe_would_help,
 )
+from routing.core.breaker import Breaker, BreakerConfig
 from routing.core.engine_metrics import EngineLoad
 from routing.core.leases import InflightLedger, Lease
 from routing.core.lora import lora_affinity
@@ -82,6 +85,7 @@ class LocalRouter:
         *,
         max_outstanding: int,
         probe_stale_s: float = 2.0,
+        breaker: BreakerConfig | None = None,
         clock: Clock = time.monotonic,
     ) -> None:
         if max_outstanding < 1:
@@ -89,11 +93,13 @@ class LocalRouter:
         self.limits = AvailabilityLimits(max_outstanding, probe_stale_s)
         self.ledger = InflightLedger()
         self.clock = clock
+        self.breaker_config = breaker or BreakerConfig()
         # Called after anything that may make a replica available (queue wake-up).
         self.on_change: Callable[[], None] | None = None
         self._build_policy = build_policy
         self._targets: dict[str, TargetState] = {}
         self._marks: dict[str, ProbeMark] = {}
+        self._breakers: dict[str, Breaker] = {}
         self._policies: dict[str, tuple[ModelSpec, Policy]] = {}
         self._usage: dict[str, ReplicaUsage] = {}
         self._cost_models: dict[str, CostModel] = {}
@@ -118,6 +124,9 @@ class LocalRouter:
             fresh[spec.name] = target
         self._targets = fresh
         self._marks = {name: self._marks.get(name, ProbeMark()) for name in fresh}
+        self._breakers = {
+            name: self._breakers.get(name) or Breaker(self.breaker_config) for name in fresh
+        }
         self._usage = {name: self._usage.get(name, ReplicaUsage()) for name in fresh}
         old_policies = self._policies
         self._policies = {name: self._policy_for(spec) for name, spec in models.items()}
@@ -156,6 +165,9 @@ class LocalRouter:
 
     def usage(self, name: str) -> ReplicaUsage:
         return self._usage.get(name, ReplicaUsage())
+
+    def breaker(self, name: str) -> Breaker | None:
+        return self._breakers.get(name)
 
     def mark(self, name: str) -> ProbeMark | None:
         return self._marks.get(name)
@@ -294,18 +306,23 @@ class LocalRouter:
     # -- health and load feedback ---------------------------------------------------------
 
     def mark_failed(self, name: str) -> None:
-        """An upstream call failed before its first byte: stop routing to it at once."""
+        """An upstream call failed before its first byte: stop routing to it at once,
+        and open its breaker (a hold-down, then trial probes readmit it)."""
         target = self._targets.get(name)
         if target is not None:
             target.healthy = False
             target.consecutive_failures += 1
+            self._breakers[name].failed(self.clock())
 
     def record_probe(self, name: str, load: EngineLoad) -> None:
         target = self._targets.get(name)
         if target is None:
             return
-        target.healthy = True
-        target.consecutive_failures = 0
+        now = self.clock()
+        # The load is news either way; only the breaker says whether it takes requests.
+        target.healthy = self._breakers[name].probe_ok(now)
+        if target.healthy:
+            target.consecutive_failures = 0
         target.running, target.waiting, target.kv_usage = load.running, load.waiting, load.kv_usage
         target.lora = load.lora
         if load.prefix_hit_rate is not None:
@@ -313,7 +330,7 @@ class LocalRouter:
         mark = self._marks.get(name)
         if mark is not None:
             mark.on_probe(
-                self.clock(),
+                now,
                 running=load.running,
                 waiting=load.waiting,
                 outstanding=target.outstanding,
@@ -326,9 +343,12 @@ class LocalRouter:
         if target is None:
             return False
         target.consecutive_failures += 1
+        breaker = self._breakers[name]
         if target.healthy and target.consecutive_failures >= threshold:
             target.healthy = False
+            breaker.failed(self.clock())
             return True
+        breaker.probe_failed(self.clock())
         return False
 
     def record_usage(self, name: str, prompt: int, cached: int, completion: int) -> None:

@@ -13,25 +13,31 @@ the console's session cookie.
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, ParamSpec, TypeVar
 
 from django.http import HttpRequest, HttpResponseBase
 from django.views.decorators.csrf import csrf_exempt
 
 from fleet.models import hash_api_key
-from routing.calls import HOP_HEADER, ROUTE_FORWARDED_IN, ROUTE_LOCAL, ProxyCall
+from routing.calls import ROUTE_FORWARDED_IN, ROUTE_LOCAL, ProxyCall
 from routing.core import errors
 from routing.core.chat_template import TemplateError
 from routing.core.errors import ApiError
 from routing.core.lora import UnknownModelError, resolve_model
 from routing.core.openai_request import Endpoint, describe, parse_request, session_key
 from routing.errors import error_response
+from routing.internal_auth import forwarded_by_peer
 from routing.process import current_runtime, get_runtime
 
 if TYPE_CHECKING:
     from routing.runtime import BalancerRuntime
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 # Label for refusals whose model is not a configured one: client-chosen strings
 # must not become metric label values (unbounded cardinality).
@@ -57,7 +63,29 @@ async def proxy(request: HttpRequest, endpoint: Endpoint) -> HttpResponseBase:
 
 
 def authorize(request: HttpRequest, runtime: BalancerRuntime) -> str:
-    """The ``Authorization`` header of a request with a live API key; else 401."""
+    """The ``Authorization`` header of a request with a live API key; else 401, or 429
+    while its address is held down after too many failed attempts
+    (``routing.core.auth_failures``).  A forward from an authenticated peer is never
+    held down: the peer's address speaks for many clients, and it checked the key."""
+    limiter = runtime.auth_failures
+    source = "" if forwarded_by_peer(request, runtime.config.internal_token) else _source(request)
+    now = time.monotonic()
+    if source and (wait := limiter.retry_after(source, now)) is not None:
+        raise errors.too_many_auth_failures(wait)
+    try:
+        return _checked_key(request, runtime)
+    except ApiError:
+        if source:
+            limiter.record_failure(source, now)
+        raise
+
+
+def _source(request: HttpRequest) -> str:
+    # The connecting address only: a header such as X-Forwarded-For is the client's to forge.
+    return str(request.META.get("REMOTE_ADDR") or "-")
+
+
+def _checked_key(request: HttpRequest, runtime: BalancerRuntime) -> str:
     header = request.headers.get("Authorization", "")
     scheme, _, key = header.partition(" ")
     key = key.strip()
@@ -102,7 +130,13 @@ async def admit(
 ) -> ProxyCall:
     authorization = authorize(request, runtime)
     body = read_body(request, runtime.config.max_body_bytes)
-    parsed = parse_request(body, endpoint)
+    # A large body is parsed, checked and its blocks hashed in a worker thread: for a
+    # body of megabytes each takes tens of milliseconds, which inline would stall every
+    # other request on this event loop.  The Python parts there yield the GIL every few
+    # milliseconds; json.loads itself (C) holds it for its whole run, about 10 ms per MB
+    # of text and more for long arrays of token ids.
+    large = len(body) > runtime.encoders.thread_chars
+    parsed = await _maybe_in_thread(large, parse_request, body, endpoint)
     snapshot = runtime.snapshot
     try:
         # An adapter name routes among its base model's replicas (routing.core.lora).
@@ -116,7 +150,9 @@ async def admit(
     except TemplateError as exc:
         # The engine would refuse the conversation the same way (vLLM answers 400).
         raise errors.invalid_value("messages", f"The chat template refused it: {exc}") from None
-    descriptor = describe(
+    descriptor = await _maybe_in_thread(
+        large,
+        describe,
         parsed,
         tokens,
         request_id=request_id,
@@ -125,11 +161,19 @@ async def admit(
         ),
         # The base model's scheme: its replicas report the block size.
         scheme=runtime.block_schemes.scheme(model),
-        forwarded=bool(request.headers.get(HOP_HEADER)),
+        forwarded=forwarded_by_peer(request, runtime.config.internal_token),
         model=model,
         lora=adapter,
     )
     return ProxyCall(parsed, descriptor, body, authorization, request_id, arrived)
+
+
+async def _maybe_in_thread(
+    offload: bool, function: Callable[P, R], *args: P.args, **kwargs: P.kwargs
+) -> R:
+    if offload:
+        return await asyncio.to_thread(function, *args, **kwargs)
+    return function(*args, **kwargs)
 
 
 def _request_id(request: HttpRequest) -> str:
@@ -147,5 +191,10 @@ def count_refusal(request: HttpRequest, error: ApiError, model: str = UNKNOWN_MO
     runtime = current_runtime()
     if runtime is None:
         return
-    route = ROUTE_FORWARDED_IN if request.headers.get(HOP_HEADER) else ROUTE_LOCAL
-    runtime.metrics.requests.inc(model, str(error.status), route)
+    runtime.metrics.requests.inc(model, str(error.status), request_route(request, runtime))
+
+
+def request_route(request: HttpRequest, runtime: BalancerRuntime) -> str:
+    """The ``route`` label of a request this balancer answers."""
+    forwarded = forwarded_by_peer(request, runtime.config.internal_token)
+    return ROUTE_FORWARDED_IN if forwarded else ROUTE_LOCAL

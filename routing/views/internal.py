@@ -8,11 +8,10 @@ is protected by ``Authorization: Bearer <MERIDIAN_INTERNAL_TOKEN>`` because it
 is the one input another machine feeds into our routing decisions; the token
 is compared in constant time.
 
-``GET /internal/state`` is the full view for the console and the control plane
-(replicas, peers as the remote layer sees them, queues, Redis), unauthenticated
-on the internal network like ``/metrics``.  Each replica row carries its
-KV-event stream state (``kv_stream``), the hit-rate mismatch check
-(``cache_view``) and the ``warnings`` the console shows for it.
+``GET /internal/state`` (token) is the full view for the console, the control
+plane and the drills (replicas, peers as the remote layer sees them, queues,
+Redis).  Each replica row carries its KV-event stream state (``kv_stream``), the
+hit-rate mismatch check (``cache_view``) and the ``warnings`` the console shows.
 
 ``POST /internal/cache_sync`` (token) runs the anti-entropy sync now (002 §4.4;
 the Celery beat task ``sync_cache_state`` calls it): every owned replica of a
@@ -31,7 +30,6 @@ It answers the faults now in force.
 
 from __future__ import annotations
 
-import hmac
 import json
 import time
 from typing import TYPE_CHECKING, Any
@@ -45,6 +43,7 @@ from routing.core.errors import ApiError
 from routing.core.kv_stream_health import STATE_ADVICE, StreamState
 from routing.core.prompts import describe_source
 from routing.errors import error_response
+from routing.internal_auth import same_token
 from routing.process import get_runtime
 from routing.telemetry import QUEUE_CANCELLED, QUEUE_PLACED, QUEUE_TIMEOUT, QueueSnapshot
 
@@ -125,13 +124,13 @@ def _check_token(request: HttpRequest, token: str) -> None:
     scheme, _, given = request.headers.get("Authorization", "").partition(" ")
     if not token or scheme.lower() != "bearer" or not given.strip():
         raise errors.invalid_api_key(provided=False)
-    if not hmac.compare_digest(given.strip().encode(), token.encode()):
+    if not same_token(given.strip(), token):
         raise errors.invalid_api_key(provided=True)
 
 
 async def internal_state(request: HttpRequest) -> HttpResponseBase:
     try:
-        runtime = await get_runtime()
+        runtime = await _authorized(request, "GET")
     except ApiError as error:
         return error_response(error)
     return JsonResponse(balancer_state(runtime))

@@ -1,8 +1,9 @@
 """Read-only operator endpoints: ``/health``, ``/metrics``.
 
 They are for operators, Prometheus and the control plane, which reach
-balancers on the internal network, so they are not authenticated (as vLLM's
-and SGLang's own ``/metrics`` and ``/health``).  ``/internal/*`` lives in
+balancers on the internal network, so by default they are not authenticated (as
+vLLM's and SGLang's own ``/metrics`` and ``/health``); with ``MERIDIAN_METRICS_TOKEN``
+set, ``/metrics`` wants it (or the internal token) as a bearer token.  ``/internal/*`` lives in
 ``routing.views.internal``, ``/v1/models`` in ``routing.views.catalog``.
 """
 
@@ -11,8 +12,10 @@ from __future__ import annotations
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, HttpResponseBase, JsonResponse
 
+from routing.core import errors
 from routing.core.errors import ApiError
 from routing.errors import error_response
+from routing.internal_auth import bearer_token, may_scrape
 from routing.process import get_runtime
 
 PROMETHEUS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -45,6 +48,8 @@ async def health(request: HttpRequest) -> HttpResponseBase:
 
 
 async def metrics(request: HttpRequest) -> HttpResponseBase:
+    if not may_scrape(request, open_without_token=True):
+        return error_response(errors.invalid_api_key(provided=bool(bearer_token(request))))
     if not settings.MERIDIAN_BALANCER:
         text = (
             "# HELP meridian_balancer_process 1 in a balancer process, 0 in the console.\n"

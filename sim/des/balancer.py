@@ -38,7 +38,9 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
+from routing.core.backoff import RetryBackoff
 from routing.core.blocks import DEFAULT_SEED
+from routing.core.breaker import BreakerConfig
 from routing.core.dispatch import Decision, DispatchCore, Failure, Refuse, Send, Ticket, Wait
 from routing.core.engine_metrics import EngineLoad
 from routing.core.event_keys import RebuiltKeys, apply_events
@@ -112,6 +114,11 @@ class SimBalancer:
             self._build_policy,
             max_outstanding=timing.max_outstanding,
             probe_stale_s=timing.probe_stale_s,
+            breaker=BreakerConfig(
+                timing.breaker_hold_down_s,
+                timing.breaker_max_hold_down_s,
+                timing.breaker_readmit_probes,
+            ),
             clock=self.loop.clock,
         )
         self.remote = RemoteRouter(
@@ -130,6 +137,7 @@ class SimBalancer:
             retry_after_s=timing.retry_after_s,
             probe_min_gap_s=timing.probe_min_gap_s,
             forecast=forecast,
+            backoff=RetryBackoff(timing.retry_backoff_s, timing.retry_backoff_max_s),
         )
         self.router.on_change = self.remote.on_change = self.wake
         self.peers: tuple[PeerSpec, ...] = ()
@@ -229,6 +237,10 @@ class SimBalancer:
     # -- the transport: replicas and peers one way away ---------------------------------
 
     def _send(self, send: Send[SimCall]) -> None:
+        if send.delay_s > 0:
+            # A retry's jittered backoff, as the asyncio driver sleeps it.
+            self.loop.call_later(send.delay_s, self._send, dataclasses.replace(send, delay_s=0.0))
+            return
         if send.placement.peer is not None:
             self._forward(send.ticket, send.placement)
         else:

@@ -102,6 +102,11 @@ class TimingConfig:
     max_outstanding: int = 32
     max_attempts: int = 3
     retry_after_s: int = 1
+    retry_backoff_s: float = 0.025
+    retry_backoff_max_s: float = 0.5
+    breaker_hold_down_s: float = 1.0
+    breaker_max_hold_down_s: float = 30.0
+    breaker_readmit_probes: int = 2
     queue_max_len: int = 1024
     queue_max_wait_s: float = 30.0
     # A /metrics probe's own round trip inside a region (loopback-ish).

@@ -30,7 +30,7 @@ completions first.  Cost: O(total prompt blocks), one dict operation each.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Container, Iterable, Sequence
 from dataclasses import dataclass
 
 FILL, LOOKUP = 0, 1  # at one instant a completion's blocks are in before the next lookup
@@ -67,17 +67,23 @@ def _timeline(uses: Sequence[CacheUse]) -> list[tuple[float, int, int]]:
     return events
 
 
+def leading_hits(held: Container[int], keys: Sequence[int], limit: int) -> int:
+    """How many of the first ``limit`` keys are held, counting until the first miss
+    (an engine reuses only a cached run of leading blocks)."""
+    hits = 0
+    for key in keys[:limit]:
+        if key not in held:
+            break
+        hits += 1
+    return hits
+
+
 class _InfiniteCache:
     def __init__(self) -> None:
         self.held: set[int] = set()
 
     def lookup(self, keys: Sequence[int], limit: int) -> int:
-        hits = 0
-        for key in keys[:limit]:
-            if key not in self.held:
-                break
-            hits += 1
-        return hits
+        return leading_hits(self.held, keys, limit)
 
     def touch(self, keys: Iterable[int]) -> None:
         self.held.update(keys)
@@ -91,12 +97,7 @@ class _LruCache:
         self.held: OrderedDict[int, None] = OrderedDict()
 
     def lookup(self, keys: Sequence[int], limit: int) -> int:
-        hits = 0
-        for key in keys[:limit]:
-            if key not in self.held:
-                break
-            hits += 1
-        return hits
+        return leading_hits(self.held, keys, limit)
 
     def touch(self, keys: Iterable[int]) -> None:
         held = self.held

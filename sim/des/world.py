@@ -19,11 +19,13 @@ import time
 import tracemalloc
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from routing.core.availability import PUSHING_KEY, split_pushing_params
 from routing.core.blocks import DEFAULT_SEED
 from routing.core.load_forecast import LoadForecast
 from routing.core.predictors import build_predictor
+from routing.core.registry import policy_defaults
 from routing.core.tokenizer import build_tokenizer
 from routing.core.topology import ModelSpec, PeerSpec, ReplicaSpec
 from sim.des.balancer import SimBalancer
@@ -33,6 +35,7 @@ from sim.des.loop import EventLoop
 from sim.des.replica import SimReplica
 from sim.des.workloads import region_arrivals
 from sim.engine import Engine, EngineConfig, Vocabulary
+from sim.engine.profiles import get_profile
 
 SliceHook = Callable[[float, int], None]
 
@@ -99,10 +102,9 @@ class World:
         """The service as ``routing.topology`` builds it from a ServiceConfig row: the
         pushing keys (mode from ``pushing``, ``push_budget``) split off the policy's."""
         cfg = self.config
+        given = {**engine_defaults(cfg.policy, cfg.engine), **cfg.policy_params}
         try:
-            pushing, params = split_pushing_params(
-                {**cfg.policy_params, PUSHING_KEY: cfg.effective_pushing}
-            )
+            pushing, params = split_pushing_params({**given, PUSHING_KEY: cfg.effective_pushing})
         except ValueError as exc:
             raise SimConfigError(str(exc)) from None
         return ModelSpec(
@@ -239,3 +241,34 @@ def true_output(engine: EngineConfig) -> Callable[[list[int], int, bool], int]:
         return min(lengths.sample(lengths.rng_for(prompt_ids, None, engine.seed)), max_tokens)
 
     return truth
+
+
+# A decode step's batch when pricing inter-token latency before any is measured.
+TYPICAL_DECODE_BATCH = 16
+
+
+def engine_defaults(policy: str, engine: EngineConfig) -> dict[str, Any]:
+    """What a policy that prices engine time should assume before it learns.
+
+    The production balancer is given these as ``policy_params`` for its engines'
+    card; here the simulated engines' profile and shape say them: prefill and
+    step rates, one decode step of a typical batch, the KV capacity (which also
+    bounds the per-replica prefix tree) and two chunked-prefill steps of queued
+    work as the admission limit.  Only a policy that prices engine time (its
+    config has ``prefill_s_per_token``) is given them, so the baselines'
+    settings (SGLang's tree bound) stay their own; a profile with no GPU time
+    (``zero``) keeps the policy's own defaults.
+    """
+    shape = get_profile(engine.profile)
+    known = policy_defaults(policy)
+    if shape.prefill_s_per_token <= 0 or "prefill_s_per_token" not in known:
+        return {}
+    values: dict[str, Any] = {
+        "prefill_s_per_token": shape.prefill_s_per_token,
+        "step_s": shape.fixed_s,
+        "itl_s": shape.fixed_s + shape.decode_s_per_seq * TYPICAL_DECODE_BATCH,
+        "kv_capacity_tokens": engine.num_blocks * engine.block_size,
+        "max_blocks_per_target": engine.num_blocks,
+        "admission_tokens": 2 * engine.max_num_batched_tokens,
+    }
+    return {key: value for key, value in values.items() if key in known}

@@ -59,7 +59,9 @@ def test_no_reaction_within_the_bound() -> None:
     drill, _ = plan(lambda: Reaction(False, "still there"), bound_s=0.1)
     run = run_drill(drill, DrillOptions(poll_s=0.01))
     assert (run.outcome, run.reaction_s) == (DrillRun.Outcome.NO_REACTION, None)
-    assert "routing did not react within 0.1s" in [e["event"] for e in run.timeline]
+    assert "routing did not react within 0.1s: last check saw still there" in [
+        e["event"] for e in run.timeline
+    ]
 
 
 @pytest.mark.django_db
@@ -156,3 +158,16 @@ def test_traffic_counts_sdk_retries_and_who_answered() -> None:
     [only] = records
     assert (only.ok, only.attempts, only.outcome) == (True, 2, "retried")
     assert (only.balancer, only.replica) == ("lb-1", "r-1")
+
+
+@pytest.mark.django_db
+def test_a_check_that_answers_after_the_bound_fails_the_drill() -> None:
+    def slow_check() -> Reaction:
+        threading.Event().wait(0.2)  # started in time, answers past the 0.05 s bound
+        return Reaction(True, "moved")
+
+    drill, _ = plan(slow_check, bound_s=0.05)
+    run = run_drill(drill, DrillOptions(poll_s=0.01, after_s=0))
+    assert run.reaction_s is not None and run.reaction_s > run.bound_s
+    assert run.outcome == DrillRun.Outcome.NO_REACTION
+    assert any("(past the bound)" in e["event"] for e in run.timeline)

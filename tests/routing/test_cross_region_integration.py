@@ -29,6 +29,7 @@ from tests.support.balancers import (
     MODEL,
     TopologyFactory,
     metric_value,
+    peer_forward_headers,
     replica_waiting,
     set_fault,
     start_balancer,
@@ -185,7 +186,7 @@ def test_a_forwarded_request_queues_at_the_full_peer_instead_of_hopping_again(
     ap_in_before = metric_value(world.urls["ap"], FORWARDED_IN)
     answers: list[httpx.Response] = []
     hop = threading.Thread(
-        target=lambda: answers.append(world.ask("eu", **{"X-Meridian-Forwarded-From": "cr-us-lb"}))
+        target=lambda: answers.append(world.ask("eu", **peer_forward_headers("cr-us-lb")))
     )
     hop.start()
     eventually(

@@ -14,6 +14,7 @@ import pytest
 from routing.calls import HOP_HEADER
 from routing.core.errors import ApiError
 from routing.core.topology import ModelSpec, PeerSpec
+from routing.internal_auth import PEER_TOKEN_HEADER
 from routing.transport import DemoLatency
 from tests.support.inprocess import proxy_call
 from tests.support.upstreams import MODEL, Upstreams
@@ -77,7 +78,9 @@ async def test_no_local_replica_forwards_to_the_nearest_peer_paying_the_demo_rtt
         PeerSpec("far", "http://far", "ap", 150.0),
         PeerSpec("near", "http://near", "eu", 80.0),
     )
-    rt = await build_runtime(upstreams, replicas=(), peers=peers, demo=True)
+    rt = await build_runtime(
+        upstreams, replicas=(), peers=peers, demo=True, internal_token="install-secret"
+    )
     slept: list[float] = []
 
     async def record(seconds: float) -> None:
@@ -93,6 +96,7 @@ async def test_no_local_replica_forwards_to_the_nearest_peer_paying_the_demo_rtt
     assert upstreams.hosts() == ["near"] and slept == [0.04, 0.04]
     sent = upstreams.calls[0]
     assert sent.headers[HOP_HEADER] == "lb-us"
+    assert sent.headers[PEER_TOKEN_HEADER] == "install-secret"  # proves the hop header
     assert sent.headers["Authorization"] == "Bearer mk-test"
     assert sent.headers["X-Session-ID"] == "10.0.0.9"
     assert sent.content == call.raw_body  # the client's own body, not the replica's

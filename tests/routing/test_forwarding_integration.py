@@ -25,6 +25,7 @@ from tests.support.balancers import (
     client,
     kill_process_group,
     metric_value,
+    peer_forward_headers,
     start_balancer,
     start_replicas,
     state,
@@ -120,7 +121,7 @@ def test_forwarded_request_is_never_forwarded_again(eu_must_forward: Regions) ->
     response = httpx.post(
         f"{r.eu}/v1/chat/completions",
         json={"model": MODEL, "messages": MESSAGES},
-        headers={"Authorization": f"Bearer {r.key}", "X-Meridian-Forwarded-From": "fw-us-lb"},
+        headers={"Authorization": f"Bearer {r.key}", **peer_forward_headers("fw-us-lb")},
     )
     assert response.status_code == 503
     assert response.json()["error"]["code"] == "no_healthy_replica"

@@ -11,13 +11,22 @@ from routing.core.block_identity import BlockIdentityMode, BlockScheme
 from routing.core.blocks import BLOCK_SIZE, block_hashes
 from routing.core.errors import ApiError
 from routing.core.openai_request import (
+    MAX_JSON_DEPTH,
+    MAX_TOKEN_ID,
     CompletionRequest,
     Endpoint,
     describe,
     parse_request,
     session_key,
 )
-from routing.core.prompts import ChatPrompt, FallbackEncoder, prompt_text, prompt_tokens
+from routing.core.prompts import (
+    ChatPrompt,
+    FallbackEncoder,
+    TextPrompt,
+    TokenPrompt,
+    prompt_text,
+    prompt_tokens,
+)
 from routing.core.tokenizer import WordTokenizer, render_chat
 from routing.core.types import RequestDescriptor
 
@@ -266,3 +275,66 @@ def test_the_descriptor_keys_blocks_under_the_models_scheme() -> None:
     )
     assert d.block_hashes == tuple(scheme.keys(tokens, "sql"))
     assert len(d.block_hashes) == 2  # 70 tokens: two full 32-token blocks
+
+
+# Inputs that once reached a 500 (issue 14), each refused as the client's mistake.
+
+
+@pytest.mark.parametrize(
+    ("body", "endpoint"),
+    [
+        (b'{"model": "m", "messages": [{"role": "user", "content": "a\\ud800b"}]}', Endpoint.CHAT),
+        (b'{"model": "m", "prompt": "\\uDFFF"}', Endpoint.COMPLETIONS),
+        (b'{"model": "m", "input": ["\\ud83d"]}', Endpoint.EMBEDDINGS),
+        (b'{"model": "m", "prompt": "x", "\\ud800": 1}', Endpoint.COMPLETIONS),
+        ('{"model": "m", "prompt": "\\ud800"}'.encode("utf-16"), Endpoint.COMPLETIONS),
+    ],
+)
+def test_a_lone_surrogate_anywhere_is_invalid_json(body: bytes, endpoint: Endpoint) -> None:
+    error = _refusal(body, endpoint)
+    assert (error.status, error.code) == (400, "invalid_json")
+    assert "surrogate" in error.message
+
+
+def test_a_surrogate_pair_and_an_escaped_backslash_are_fine() -> None:
+    pair = parse_request(b'{"model": "m", "prompt": "\\ud83d\\ude00"}', Endpoint.COMPLETIONS)
+    assert pair.prompt == TextPrompt("\U0001f600")
+    escaped = parse_request(b'{"model": "m", "prompt": "\\\\ud800"}', Endpoint.COMPLETIONS)
+    assert escaped.prompt == TextPrompt("\\ud800")
+
+
+@pytest.mark.parametrize("depth", [MAX_JSON_DEPTH, 1000, 100_000])
+def test_nesting_past_the_cap_is_invalid_json(depth: int) -> None:
+    body = b'{"model": "m", "prompt": "x", "extra": ' + b"[" * depth + b"]" * depth + b"}"
+    error = _refusal(body, Endpoint.COMPLETIONS)
+    assert (error.status, error.code) == (400, "invalid_json")
+    assert "nests deeper" in error.message
+
+
+def test_nesting_within_the_cap_passes_through() -> None:
+    depth = MAX_JSON_DEPTH - 2  # the body object and the "extra" list count too
+    body = b'{"model": "m", "prompt": "x", "extra": ' + b"[" * depth + b"]" * depth + b"}"
+    assert parse_request(body, Endpoint.COMPLETIONS).payload["extra"]
+
+
+@pytest.mark.parametrize("token", [-1, MAX_TOKEN_ID + 1, 1 << 64])
+@pytest.mark.parametrize(
+    ("field", "endpoint", "param"),
+    [
+        ("prompt", Endpoint.COMPLETIONS, "prompt[1]"),
+        ("input", Endpoint.EMBEDDINGS, "input[1]"),
+    ],
+)
+def test_token_ids_outside_the_hashed_range_are_refused(
+    token: int, field: str, endpoint: Endpoint, param: str
+) -> None:
+    error = _refusal({"model": "m", field: [5, token]}, endpoint)
+    assert (error.status, error.code, error.param) == (400, "invalid_value", param)
+
+
+def test_token_ids_at_the_bounds_are_hashed() -> None:
+    request = parse_request(
+        _body({"model": "m", "prompt": [0, MAX_TOKEN_ID] * BLOCK_SIZE}), Endpoint.COMPLETIONS
+    )
+    assert request.prompt == TokenPrompt((0, MAX_TOKEN_ID) * BLOCK_SIZE)
+    assert block_hashes(list(request.prompt.token_ids))

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from routing.core.availability import PushingConfig, PushingMode
+from routing.core.breaker import BreakerConfig
 from routing.core.engine_metrics import EngineLoad
 from routing.core.policies.least_load import LeastLoadPolicy
 from routing.core.policy import Policy
@@ -54,14 +55,47 @@ def test_replicas_at_the_cap_are_not_candidates() -> None:
     assert router.select(_request()).target is target
 
 
-def test_failed_replica_is_skipped_until_a_probe_succeeds() -> None:
-    router = _router("a", "b")
+def test_failed_replica_is_held_down_then_readmitted_by_consecutive_good_probes() -> None:
+    clock = [100.0]
+    router = LocalRouter(
+        build_policy,
+        max_outstanding=2,
+        breaker=BreakerConfig(hold_down_s=1.0, readmit_after=2),
+        clock=lambda: clock[0],
+    )
+    router.apply([_spec("a"), _spec("b")], {MODEL: ModelSpec(MODEL, "least_load")})
     router.mark_failed("a")
     chosen = router.select(_request()).target
     assert chosen is not None and chosen.target_id == "b"
-    router.record_probe("a", EngineLoad(running=0, waiting=0, kv_usage=0.1))
     a = router.target("a")
-    assert a is not None and a.healthy and a.consecutive_failures == 0
+    assert a is not None
+    good = EngineLoad(running=0, waiting=0, kv_usage=0.1)
+    for at, healthy in ((100.5, False), (101.0, False), (101.25, True)):
+        clock[0] = at  # held down, first trial probe, second trial probe
+        router.record_probe("a", good)
+        assert a.healthy is healthy, at
+    assert a.consecutive_failures == 0 and a.kv_usage == 0.1
+
+
+def test_a_failed_trial_probe_holds_a_flapping_replica_down_longer() -> None:
+    clock = [0.0]
+    router = LocalRouter(
+        build_policy,
+        max_outstanding=2,
+        breaker=BreakerConfig(hold_down_s=1.0, readmit_after=2),
+        clock=lambda: clock[0],
+    )
+    router.apply([_spec("a")], {MODEL: ModelSpec(MODEL, "least_load")})
+    good = EngineLoad(running=0, waiting=0, kv_usage=0.0)
+    router.mark_failed("a")
+    clock[0] = 1.0
+    router.record_probe("a", good)  # half-open: one good trial
+    router.record_probe_failure("a", threshold=2)  # the next fails: open again, 2 s
+    breaker = router.breaker("a")
+    assert breaker is not None and breaker.open_until == 3.0
+    clock[0] = 2.9
+    router.record_probe("a", good)
+    assert router.select(_request()).target is None
 
 
 def test_excluded_replicas_are_not_retried() -> None:

@@ -8,9 +8,11 @@ The argv is the one ``make run`` uses (``ops.stack.plan.balancer_argv``).
 from __future__ import annotations
 
 import signal
+import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+import httpx
 import pytest
 import redis
 from django.conf import settings
@@ -64,8 +66,15 @@ def test_balancer_heartbeats_before_any_request_and_stops_cleanly(
         model=MODEL, prompt="started early", max_tokens=2
     )
     assert reply.choices[0].text
+    # A balancer's port serves the data plane only: no admin login, no console.
+    for path in ("/admin/login/", "/console/charts"):
+        assert httpx.get(f"http://127.0.0.1:{port}{path}").status_code == 404
     process.send_signal(signal.SIGTERM)
     # uvicorn shuts down gracefully, then re-raises the signal it caught (exit -15).
-    assert process.wait(timeout=20) in (0, -signal.SIGTERM)
+    try:
+        code = process.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"{name} did not stop within 20 s of SIGTERM:\n{processes.log_of(name)}")
+    assert code in (0, -signal.SIGTERM)
     if server == "uvicorn":
         assert "Application shutdown complete" in processes.log_of(name)

@@ -5,9 +5,17 @@ from pathlib import Path
 
 import pytest
 import tokenizers
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from routing.core.blocks import BLOCK_SIZE, block_hashes, root_hash
-from routing.core.tokenizer import WordTokenizer, build_tokenizer, render_chat
+from routing.core.tokenizer import (
+    _TOKEN_RE,
+    WordTokenizer,
+    build_tokenizer,
+    chunks,
+    render_chat,
+)
 
 
 def test_ids_are_stable_hashes_of_pieces_with_leading_space() -> None:
@@ -76,3 +84,24 @@ def test_the_piece_id_cache_is_bounded_and_never_changes_an_id(
     first = tok.encode(text)
     assert len(tok._ids) <= 8
     assert tok.encode(text) == first == WordTokenizer().encode(text)
+
+
+@settings(derandomize=True, deadline=None, max_examples=300)
+@given(
+    text=st.text(st.sampled_from("ab1 \n\t.,é<|>"), max_size=200),
+    size=st.integers(min_value=1, max_value=20),
+)
+def test_tokenizing_in_chunks_gives_the_tokens_of_the_whole(text: str, size: int) -> None:
+    pieces = chunks(text, size)
+    assert "".join(pieces) == text
+    whole = WordTokenizer().pieces(text)
+    assert [p for chunk in pieces for p in WordTokenizer().pieces(chunk)] == whole
+
+
+def test_long_texts_are_tokenized_in_chunks_with_the_same_ids() -> None:
+    text = "Routing on prefixes needs stable tokens, again and again!\n" * 2000
+    assert len(chunks(text)) > 1
+    tokenizer = WordTokenizer()
+    unchunked = [tokenizer.encode(piece)[0] for piece in _TOKEN_RE.findall(text)]
+    assert tokenizer.encode(text) == unchunked
+    assert tokenizer.count(text) == len(unchunked)

@@ -142,3 +142,27 @@ async def test_silence_past_the_read_timeout_and_refused_connections_are_upstrea
     with pytest.raises(UpstreamError, match="connect"):
         await pool.post("http://127.0.0.1:9/", b"{}", {})
     await pool.aclose()
+
+
+async def test_warming_opens_idle_connections_that_a_burst_then_reuses(
+    upstream: tuple[FakeUpstream, str],
+) -> None:
+    fake, url = upstream
+    pool = _pool()
+    assert await pool.warm(url, 4) == 4
+    assert await pool.warm(url, 4) == 0  # already warm: nothing more to open
+    responses = await asyncio.gather(*(pool.post(url, b"{}", {}) for _ in range(4)))
+    bodies = await asyncio.gather(*(r.aread() for r in responses))
+    assert bodies == [b"".join(EVENTS)] * 4
+    assert fake.connections == 4  # the burst opened none of its own
+    await pool.aclose()
+
+
+async def test_warming_a_replica_that_refuses_opens_nothing() -> None:
+    server = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    server.close()
+    await server.wait_closed()
+    pool = _pool()
+    assert await pool.warm(f"http://127.0.0.1:{port}/v1/completions", 3) == 0
+    await pool.aclose()

@@ -18,8 +18,11 @@ from typing import Any, TypeVar
 
 import httpx
 import openai
+from django.conf import settings
 
+from routing.calls import HOP_HEADER
 from routing.core.engine_metrics import parse_samples
+from routing.internal_auth import PEER_TOKEN_HEADER, install_headers
 from tests.support.polling import eventually
 from tests.support.processes import ProcessGroup, wait_http
 from tests.support.sim_serve import serve_replicas
@@ -152,8 +155,13 @@ def metric_value(url: str, line_prefix: str) -> float:
     return total
 
 
+def peer_forward_headers(peer: str) -> dict[str, str]:
+    """The headers a peer balancer of this install sends with a forward."""
+    return {HOP_HEADER: peer, PEER_TOKEN_HEADER: settings.MERIDIAN_INTERNAL_TOKEN}
+
+
 def state(url: str) -> dict[str, Any]:
-    response = httpx.get(f"{url}/internal/state")
+    response = httpx.get(f"{url}/internal/state", headers=install_headers())
     response.raise_for_status()
     data: dict[str, Any] = response.json()
     return data

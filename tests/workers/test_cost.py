@@ -12,6 +12,7 @@ import pytest
 from django.test import Client
 
 from fleet.models import MetricRollup, Replica, ServiceConfig
+from routing.internal_auth import install_headers
 from tests.support.rows import Rows
 from workers.cost import cost_summary
 
@@ -97,7 +98,8 @@ def test_regional_peaks_cost_more_than_the_global_peak(fleet: None) -> None:
 
 @pytest.mark.django_db
 def test_metrics_cost_is_prometheus_text(fleet: None, client: Client) -> None:
-    response = client.get("/metrics/cost")
+    assert client.get("/metrics/cost").status_code == 401  # billing needs credentials
+    response = client.get("/metrics/cost", headers=install_headers())
     assert response.status_code == 200
     assert response["Content-Type"].startswith("text/plain")
     lines = response.content.decode().splitlines()

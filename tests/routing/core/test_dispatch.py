@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from routing.core.availability import PushingConfig, PushingMode
+from routing.core.backoff import RetryBackoff
 from routing.core.dispatch import (
     DispatchCore,
     Failure,
@@ -84,6 +85,7 @@ def world(
     max_attempts: int = 3,
     queue_max_len: int = 8,
     queue_max_wait_s: float = 1.0,
+    backoff: RetryBackoff | None = None,
 ) -> World:
     clock = Clock()
     local = LocalRouter(build_policy, max_outstanding=1, clock=clock)
@@ -113,6 +115,7 @@ def world(
         retry_after_s=2,
         probe_min_gap_s=0.02,
         alive=alive,
+        backoff=backoff,
     )
     return World(clock, local, remote, queues, core, left, offered)
 
@@ -219,6 +222,16 @@ def test_a_broken_replica_is_marked_and_the_retry_goes_elsewhere() -> None:
     target = w.local.target("a")
     assert target is not None and not target.healthy
     assert w.local.ledger.outstanding("a") == 0 and w.local.ledger.outstanding("b") == 1
+
+
+def test_each_retry_waits_a_jittered_backoff_from_the_injected_source() -> None:
+    half = RetryBackoff(base_s=0.1, max_s=1.0, uniform=lambda: 0.5)
+    w = world(("a", "b", "c"), backoff=half)
+    first = sent(w.arrive("r1"))
+    assert first.delay_s == 0.0  # a first attempt goes at once
+    second = sent(w.core.failed(first.ticket, Failure("HTTP 500", 500), w.now))
+    third = sent(w.core.failed(second.ticket, Failure("reset"), w.now))
+    assert (second.delay_s, third.delay_s) == (0.05, 0.1)  # half of 0.1, then of 0.2
 
 
 def test_a_busy_replica_is_skipped_but_not_marked_unhealthy() -> None:

@@ -10,7 +10,8 @@ import pytest
 from routing.core.registry import policy_names
 from sim.des.config import SimConfig
 from sim.des.metrics import summarize
-from sim.des.world import SimRun, simulate
+from sim.des.world import SimRun, World, engine_defaults, simulate
+from sim.engine import EngineConfig
 
 
 def fingerprint(run: SimRun) -> list[tuple[object, ...]]:
@@ -69,6 +70,7 @@ def test_queue_timeouts_are_counted_as_503s_not_lost(
 ) -> None:
     config = make_config(
         replicas={"us-east": 1},
+        duration_s=1.0,
         clients={"us-east": 12},
         max_requests=40,
         pushing="sp-p",
@@ -83,6 +85,7 @@ def test_queue_timeouts_are_counted_as_503s_not_lost(
 def test_a_full_queue_refuses_with_429(make_config: Callable[..., SimConfig]) -> None:
     config = make_config(
         replicas={"us-east": 1},
+        duration_s=1.0,
         clients={"us-east": 12},
         max_requests=40,
         pushing="sp-p",
@@ -117,3 +120,28 @@ def test_under_overload_the_cost_model_drops_nothing_least_load_serves(
     assert (meridian.queue_wait["p90"] or 0.0) > 0  # and the cost model did queue
     assert meridian.ok >= least_load.ok == 60
     assert meridian.failed == meridian.unfinished == 0
+
+
+def test_the_cost_model_starts_from_the_simulated_engines_profile() -> None:
+    small_kv = EngineConfig.for_profile("l4-llama3.1-8b-small-kv")
+    params = engine_defaults("meridian", small_kv)
+    assert params["kv_capacity_tokens"] == 8192
+    assert params["max_blocks_per_target"] == 512
+    assert params["admission_tokens"] == 2 * 2048
+    h100 = engine_defaults("meridian", EngineConfig.for_profile("h100-llama3.1-8b"))
+    assert h100["prefill_s_per_token"] == pytest.approx(0.04e-3)
+    # A policy without these knobs gets none; a profile with no GPU time says nothing.
+    assert engine_defaults("sglang", small_kv) == {}
+    assert engine_defaults("meridian", EngineConfig.for_profile("zero")) == {}
+    # The service the balancers run: a value given on the command line wins.
+    config = SimConfig(
+        workload="conversations",
+        policy="meridian",
+        replicas={"us-east": 1},
+        duration_s=1.0,
+        engine=small_kv,
+        policy_params={"kv_capacity_tokens": 1000},
+    )
+    spec = World(config).model_spec()
+    assert spec.policy_params["kv_capacity_tokens"] == 1000
+    assert spec.policy_params["max_blocks_per_target"] == 512

@@ -7,6 +7,7 @@ prompt token, 30 ms per step); requests are 16 tokens per block hash.
 from __future__ import annotations
 
 import math
+import random
 
 import pytest
 
@@ -174,6 +175,40 @@ def test_forward_only_when_the_peer_is_genuinely_cheaper() -> None:
     assert pick.target is not None and pick.target.target_id == "y"
 
 
+def test_a_forward_pays_for_the_locality_it_leaves_behind() -> None:
+    config = MeridianConfig(ewma_alpha=1.0)
+    policy = MeridianPolicy(config)
+    home, near = target("home"), peer("eu", rtt_ms=80.0)
+    doc = prefix(1, 40)
+    policy.select(request(doc), [home])
+    # Home is held back behind seconds of queued prefill, so the peer is the choice.
+    policy.select(sized(8000, "huge"), [home])
+    follow_up = request(prefix(2, 4, doc))
+    # Nothing routed yet was cached: no later request is expected to reuse this one.
+    assert policy.reuse == 0.0
+    unlearned = policy.choose(follow_up, [], [home], [near]).cost_s
+    # A routed prompt that was 90 % cached teaches that most requests extend an earlier one.
+    policy.select(request(prefix(3, 4, doc)), [home])
+    assert policy.reuse == pytest.approx(1 - 64 / 704)
+    learned = policy.choose(follow_up, [], [home], [near])
+    # The follow-up would leave 64 new tokens and its reply missing at home.
+    lost = policy.reuse * (64 + policy.predicted_output(follow_up)) * RATE
+    assert learned.option is Option.PEER
+    assert learned.cost_s - unlearned == pytest.approx(lost)
+
+
+def test_a_peer_pays_harm_to_its_decoders_like_a_replica() -> None:
+    policy = MeridianPolicy()
+    local, near = target("local"), peer("eu", rtt_ms=80.0)
+    idle = policy.choose(sized(500, "a"), [], [], [near]).cost_s
+    busy = sized(100, "busy")
+    policy.select(busy, [local])
+    policy.observe_first_token(busy, "local", on_profile(100))
+    # One request decoding on the one local replica: the fleet's mean is one decoder.
+    harmed = policy.choose(sized(500, "b"), [], [], [near]).cost_s
+    assert harmed - idle == pytest.approx(policy.config.harm_weight * 500 * RATE)
+
+
 def test_no_option_at_all_is_an_infinite_wait() -> None:
     choice = MeridianPolicy().choose(sized(10, "n"), [], [], [])
     assert choice.option is Option.WAIT and math.isinf(choice.cost_s)
@@ -218,11 +253,51 @@ def test_region_estimate_is_the_least_queued_prefill_time() -> None:
     assert math.isinf(policy.region_estimate([]))
 
 
+def test_region_estimate_counts_the_kv_look_ahead_of_a_typical_request() -> None:
+    config = MeridianConfig(kv_capacity_tokens=4096, lookahead_tokens=100, ewma_alpha=1.0)
+    policy = MeridianPolicy(config)
+    a = target("a")
+    first = sized(3900, "r1", output=500)
+    policy.select(first, [a])
+    policy.observe_first_token(first, "a", on_profile(3900))
+    # Nothing queued, but a typical request (3,900 + 100 tokens) overflows the KV.
+    overflow = 4000 + 4000 - 4096
+    lifetime = policy.mean_output * config.itl_s
+    assert policy.region_estimate([a]) == pytest.approx(overflow * lifetime / 4000)
+
+
 def test_targets_that_left_are_forgotten() -> None:
     policy = MeridianPolicy()
     policy.select(request(prefix(1, 4)), [target("a")])
     policy.on_targets_changed(["b"])
-    assert policy.replicas == {} and policy.tree.tenants() == []
+    assert set(policy.replicas) == {"b"} and policy.tree.tenants() == []
+
+
+def test_the_indexed_walk_finds_the_cheapest_of_every_candidate() -> None:
+    rng = random.Random(7)
+    policy = MeridianPolicy(MeridianConfig(kv_capacity_tokens=20_000))
+    targets = [target(f"r{i:02d}") for i in range(40)]
+    for t in targets:
+        t.kv_usage = rng.random()
+    docs = [prefix(d, 8) for d in range(6)]
+    for n in range(300):
+        doc = rng.choice(docs)
+        r = request(prefix(1000 + n, rng.randrange(1, 30), doc))
+        chosen = policy.select(r, rng.sample(targets, 25))
+        assert chosen is not None
+        if rng.random() < 0.6:
+            policy.observe_first_token(r, chosen.target_id, rng.uniform(0.05, 3.0))
+        if rng.random() < 0.3:
+            policy.on_complete(r, chosen, ok=True)
+        # Brute force over the same candidates: no cheaper one was skipped.
+        probe = request(prefix(5000 + n, rng.randrange(1, 30), rng.choice(docs)))
+        candidates = rng.sample(targets, 30)
+        uncached = policy.uncached_by_target(probe, {t.target_id for t in candidates})
+        prompt = probe.prompt_tokens
+        costs = [
+            policy.replica_cost(probe, t, uncached.get(t.target_id, prompt)) for t in candidates
+        ]
+        assert policy.choose(probe, candidates, [], []).cost_s == pytest.approx(min(costs))
 
 
 def test_bad_config_is_refused() -> None:

@@ -1,0 +1,184 @@
+"""uvicorn's HTTP protocol with read deadlines and a header size limit.
+
+uvicorn (0.54, httptools) arms only a keep-alive timer, after a response: a client
+that opens a connection and sends half a request line, or headers without their
+blank line, or a body that stops halfway, holds its connection and its memory
+forever, and the parser buffers a header line of any length.  A balancer's port
+faces every client, so ``GuardedHttpToolsProtocol`` adds what a front proxy would:
+
+* the request line and headers must be complete within ``MERIDIAN_HEADER_TIMEOUT_S``
+  of their first byte (or of the connection opening): else 408 and close;
+* once the headers are in, the body may pause at most ``MERIDIAN_BODY_TIMEOUT_S``
+  between chunks: else the connection closes (the app sees a disconnect);
+* the request line and headers may hold at most ``MERIDIAN_MAX_HEADER_BYTES``,
+  counted as they arrive, so a never-ending header line is refused too: 431 and close;
+* an idle keep-alive connection closes after ``MERIDIAN_KEEPALIVE_TIMEOUT_S``.
+
+Once a request is complete no deadline runs: a long streamed answer is the app's
+business.  ``ops.stack.plan.balancer_argv`` passes this class to uvicorn's
+``--http``.  (Under daphne, Twisted refuses headers past 16 KiB itself but has no
+header or body deadline shorter than its 12-hour idle timeout: serve balancers with
+uvicorn where clients are not trusted, or put a front proxy before daphne.)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+from django.conf import settings
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from routing.core import errors
+
+
+@dataclass(frozen=True, slots=True)
+class ReadLimits:
+    header_timeout_s: float
+    body_timeout_s: float
+    keepalive_timeout_s: float
+    max_header_bytes: int
+
+
+@cache
+def configured_limits() -> ReadLimits:
+    return ReadLimits(
+        header_timeout_s=settings.MERIDIAN_HEADER_TIMEOUT_S,
+        body_timeout_s=settings.MERIDIAN_BODY_TIMEOUT_S,
+        keepalive_timeout_s=settings.MERIDIAN_KEEPALIVE_TIMEOUT_S,
+        max_header_bytes=settings.MERIDIAN_MAX_HEADER_BYTES,
+    )
+
+
+class _HeadersTooLarge(Exception):
+    """Raised from a parser callback to stop parsing; answered 431."""
+
+
+class GuardedHttpToolsProtocol(HttpToolsProtocol):
+    # Set in connection_made / on_message_begin; None while no deadline runs.
+    _deadline: asyncio.TimerHandle | None = None
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.limits = self.read_limits()
+        self.timeout_keep_alive = int(max(1.0, self.limits.keepalive_timeout_s))
+        self._reading_headers = True
+        self._parsed_header_bytes = 0  # complete request line and header lines
+        self._unparsed_header_bytes = 0  # bytes read while the headers were incomplete
+        self._refusal: tuple[int, bytes] | None = None
+
+    @classmethod
+    def read_limits(cls) -> ReadLimits:
+        return configured_limits()
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._arm(self.limits.header_timeout_s, self._headers_timed_out)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        if self._reading_headers and self._deadline is None and not self._responding():
+            # The first byte of a request on a kept-alive connection.
+            self._arm(self.limits.header_timeout_s, self._headers_timed_out)
+        super().data_received(data)
+        if self._reading_headers and not self.transport.is_closing():
+            # All of it is header bytes the parser holds, maybe in a line not yet
+            # complete (which on_header never sees): bounded here.
+            self._unparsed_header_bytes += len(data)
+            if self._unparsed_header_bytes > self.limits.max_header_bytes:
+                self._refusal = _TOO_LARGE
+                self.send_400_response("")
+
+    # Parser callbacks
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._start_headers()
+
+    def on_url(self, url: bytes) -> None:
+        self._count_header_bytes(len(url))
+        super().on_url(url)
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._count_header_bytes(len(name) + len(value))
+        super().on_header(name, value)
+
+    def on_headers_complete(self) -> None:
+        self._reading_headers = False
+        self._arm(self.limits.body_timeout_s, self._body_timed_out)
+        super().on_headers_complete()
+
+    def on_body(self, body: bytes) -> None:
+        self._arm(self.limits.body_timeout_s, self._body_timed_out)
+        super().on_body(body)
+
+    def on_message_complete(self) -> None:
+        self._disarm()
+        self._start_headers()
+        super().on_message_complete()
+
+    def send_400_response(self, msg: str) -> None:
+        # uvicorn answers every parser error 400; a callback that refused knows better.
+        if self._refusal is None:
+            super().send_400_response(msg)
+            return
+        status, reason = self._refusal
+        self._send_error(status, reason)
+
+    # Deadlines and refusals
+
+    def _start_headers(self) -> None:
+        self._reading_headers = True
+        self._parsed_header_bytes = 0
+        self._unparsed_header_bytes = 0
+
+    def _count_header_bytes(self, size: int) -> None:
+        self._parsed_header_bytes += size
+        if self._parsed_header_bytes > self.limits.max_header_bytes:
+            self._refusal = _TOO_LARGE
+            raise _HeadersTooLarge  # the parser stops; uvicorn calls send_400_response
+
+    def _responding(self) -> bool:
+        return self.cycle is not None and not self.cycle.response_complete
+
+    def _headers_timed_out(self) -> None:
+        self._deadline = None
+        # A pipelined request waits while the one before is answered; that is no stall.
+        if not self.transport.is_closing() and not self._responding():
+            self._send_error(408, b"Request Timeout")
+
+    def _body_timed_out(self) -> None:
+        self._deadline = None
+        if not self.transport.is_closing():
+            # The app is waiting on the body; it sees the disconnect and gives up.
+            self.transport.close()
+
+    def _arm(self, delay: float, callback: Any) -> None:
+        self._disarm()
+        self._deadline = self.loop.call_later(delay, callback)
+
+    def _disarm(self) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
+
+    def _send_error(self, status: int, reason: bytes) -> None:
+        self._disarm()
+        error = errors.ApiError(status, reason.decode(), code=_CODES[status])
+        body = json.dumps(error.body()).encode()
+        head = b"HTTP/1.1 %d %s\r\n" % (status, reason) + (
+            b"content-type: application/json\r\ncontent-length: %d\r\n"
+            b"connection: close\r\n\r\n" % len(body)
+        )
+        self.transport.write(head + body)
+        self.transport.close()
+
+
+_TOO_LARGE = (431, b"Request Header Fields Too Large")
+_CODES = {408: "request_timeout", 431: "headers_too_large"}

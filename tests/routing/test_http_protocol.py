@@ -1,0 +1,148 @@
+"""A balancer's HTTP server drops stalled and oversized requests (``routing.http_protocol``).
+
+A real uvicorn server on loopback, with the guarded protocol and short limits,
+and raw sockets playing the slow or hostile clients.  Every wait has a generous
+bound that only a hang would reach; nothing asserts how fast anything happened.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+import pytest
+import uvicorn
+
+from routing.asgi_types import Receive, Scope, Send
+from routing.http_protocol import GuardedHttpToolsProtocol, ReadLimits
+
+pytestmark = pytest.mark.anyio
+
+LIMITS = ReadLimits(
+    header_timeout_s=0.3, body_timeout_s=0.3, keepalive_timeout_s=1.0, max_header_bytes=4096
+)
+HANG = 20.0  # only a connection left open forever waits this long
+
+
+class ShortLimits(GuardedHttpToolsProtocol):
+    @classmethod
+    def read_limits(cls) -> ReadLimits:
+        return LIMITS
+
+
+@dataclass
+class EchoApp:
+    """Answers with the body's length; records whether a client left mid-body."""
+
+    disconnects: int = 0
+    bodies: list[bytes] = field(default_factory=list)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        body = b""
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                self.disconnects += 1
+                return
+            body += message.get("body", b"")
+            if not message.get("more_body"):
+                break
+        self.bodies.append(body)
+        answer = str(len(body)).encode()
+        length = [(b"content-length", str(len(answer)).encode())]
+        await send({"type": "http.response.start", "status": 200, "headers": length})
+        await send({"type": "http.response.body", "body": answer})
+
+
+@dataclass
+class Served:
+    app: EchoApp
+    port: int
+
+
+@pytest.fixture
+async def served() -> AsyncIterator[Served]:
+    app = EchoApp()
+    config = uvicorn.Config(
+        app, host="127.0.0.1", port=0, http=ShortLimits, lifespan="off", log_level="error"
+    )
+    server = uvicorn.Server(config)
+    task = asyncio.create_task(server.serve())
+    while not server.started:
+        await asyncio.sleep(0.01)
+    port = server.servers[0].sockets[0].getsockname()[1]
+    yield Served(app, port)
+    server.should_exit = True
+    await task
+
+
+async def exchange(port: int, *chunks: bytes) -> bytes:
+    """Send ``chunks``, then read until the server closes the connection."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    for chunk in chunks:
+        writer.write(chunk)
+        await writer.drain()
+    try:
+        return await asyncio.wait_for(reader.read(), HANG)
+    finally:
+        writer.close()
+
+
+def status_and_body(reply: bytes) -> tuple[int, bytes]:
+    head, _, body = reply.partition(b"\r\n\r\n")
+    return int(head.split(b" ", 2)[1]), body
+
+
+async def test_a_partial_request_line_is_answered_408_and_closed(served: Served) -> None:
+    status, body = status_and_body(await exchange(served.port, b"POST /v1/compl"))
+    assert status == 408
+    assert json.loads(body)["error"]["code"] == "request_timeout"
+
+
+async def test_a_connection_that_sends_nothing_is_closed(served: Served) -> None:
+    assert status_and_body(await exchange(served.port))[0] == 408
+
+
+async def test_headers_without_their_blank_line_are_answered_408(served: Served) -> None:
+    reply = await exchange(served.port, b"GET / HTTP/1.1\r\nHost: x\r\nX-Slow: 1\r\n")
+    assert status_and_body(reply)[0] == 408
+
+
+async def test_a_body_that_stops_halfway_closes_the_connection(served: Served) -> None:
+    head = b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n"
+    assert await exchange(served.port, head, b"x" * 10) == b""
+    assert (served.app.disconnects, served.app.bodies) == (1, [])
+
+
+async def test_a_header_line_that_never_ends_is_answered_431(served: Served) -> None:
+    too_long = LIMITS.max_header_bytes * 2
+    reply = await exchange(served.port, b"GET / HTTP/1.1\r\nX-Big: " + b"a" * too_long)
+    status, body = status_and_body(reply)
+    assert status == 431
+    assert json.loads(body)["error"]["code"] == "headers_too_large"
+
+
+async def test_a_megabyte_header_value_is_cut_off(served: Served) -> None:
+    # The server closes with most of the megabyte unread, so the kernel may reset
+    # the connection before the 431 reaches the client: either way it is over.
+    try:
+        reply = await exchange(served.port, b"GET / HTTP/1.1\r\nX-Big: " + b"a" * 1_000_000)
+    except ConnectionError:  # reset while reading, or a broken pipe while sending
+        return
+    assert status_and_body(reply)[0] == 431
+
+
+async def test_many_small_headers_past_the_limit_are_answered_431(served: Served) -> None:
+    headers = b"".join(b"X-H%d: %s\r\n" % (i, b"v" * 100) for i in range(60))
+    reply = await exchange(served.port, b"GET / HTTP/1.1\r\nHost: x\r\n" + headers + b"\r\n")
+    assert status_and_body(reply)[0] == 431
+
+
+async def test_a_well_behaved_request_is_answered_then_idles_out(served: Served) -> None:
+    request = b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello"
+    # The client keeps the connection alive; the server ends it after the keep-alive.
+    status, body = status_and_body(await exchange(served.port, request))
+    assert (status, body) == (200, b"5")
+    assert served.app.disconnects == 0
