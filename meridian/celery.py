@@ -1,5 +1,5 @@
 """The Celery application: configuration from Django settings (CELERY_* names), the
-tasks modules discovered in one call (``workers.tasks``, ``console.live.tasks``), the
+tasks module discovered (``workers.tasks``), the
 beat schedule built in ``workers.schedule``."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "meridian.settings")
 
 app = Celery("meridian")
 app.config_from_object("django.conf:settings", namespace="CELERY")
-app.autodiscover_tasks(["workers", "console.live"])
+app.autodiscover_tasks(["workers"])
 
 
 @app.on_after_finalize.connect

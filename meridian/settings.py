@@ -145,9 +145,11 @@ MERIDIAN_MAX_HEADER_BYTES = env_int("MERIDIAN_MAX_HEADER_BYTES", 32768, minimum=
 
 REDIS_URL = env_str("REDIS_URL", "redis://127.0.0.1:6379/0")
 
+# meridian.channel_layer: channels-redis with its blocking read (1 s) well inside
+# redis-py's 5 s socket timeout, so an idle console socket never times out.
 CHANNEL_LAYERS = {
     "default": {
-        "BACKEND": "channels_redis.core.RedisChannelLayer",
+        "BACKEND": "meridian.channel_layer.ConsoleChannelLayer",
         "CONFIG": {"hosts": [REDIS_URL], "prefix": "meridian:channels"},
     }
 }
@@ -185,6 +187,10 @@ MERIDIAN_PROBE_INTERVAL_S = env_float("MERIDIAN_PROBE_INTERVAL_S", 0.25, minimum
 MERIDIAN_PROBE_TIMEOUT_S = env_float("MERIDIAN_PROBE_TIMEOUT_S", 1.0, minimum=0.05)
 MERIDIAN_HEARTBEAT_INTERVAL_S = env_float("MERIDIAN_HEARTBEAT_INTERVAL_S", 1.0, minimum=0.1)
 MERIDIAN_HEARTBEAT_TTL_S = env_float("MERIDIAN_HEARTBEAT_TTL_S", 5.0, minimum=0.5)
+# The console's live feed: each balancer appends a record to its region's Redis stream
+# this often, and the stream keeps about this many (1 s x 4 balancers x 15 min + slack).
+MERIDIAN_LIVE_PUBLISH_S = env_float("MERIDIAN_LIVE_PUBLISH_S", 1.0, minimum=0.2)
+MERIDIAN_LIVE_STREAM_MAXLEN = env_int("MERIDIAN_LIVE_STREAM_MAXLEN", 4096, minimum=100)
 # The connect timeout also covers the wait for the event loop to get to the connect: on a
 # busy balancer a burst's connects queue behind the burst itself, so it is not tight.
 MERIDIAN_UPSTREAM_CONNECT_TIMEOUT_S = env_float("MERIDIAN_UPSTREAM_CONNECT_TIMEOUT_S", 5.0)
@@ -319,10 +325,10 @@ MERIDIAN_SECONDS_PER_ITERATION = env_float("MERIDIAN_SECONDS_PER_ITERATION", 0.0
 MERIDIAN_DRILL_REDIS_MAX_S = env_float("MERIDIAN_DRILL_REDIS_MAX_S", 120.0, minimum=1.0)
 
 # --- Operator console (console/views, console/live) -------------------------------------
-# Live snapshot period (Celery beat, seconds; the entry expires at 80 % of it) and the
-# timeout of each balancer's GET /internal/state within one tick.
+# Each console page gets a live snapshot this often, read from the balancers' streams;
+# a balancer with no record for MERIDIAN_LIVE_SILENT_AFTER_S shows "no data since".
 MERIDIAN_LIVE_PERIOD_S = env_float("MERIDIAN_LIVE_PERIOD_S", 1.0, minimum=0.2)
-MERIDIAN_LIVE_STATE_TIMEOUT_S = env_float("MERIDIAN_LIVE_STATE_TIMEOUT_S", 0.5, minimum=0.05)
+MERIDIAN_LIVE_SILENT_AFTER_S = env_float("MERIDIAN_LIVE_SILENT_AFTER_S", 5.0, minimum=1.0)
 # plotly.js comes from the installed plotly package (no CDN): console.live.plotly_static.
 STATICFILES_FINDERS = [
     "django.contrib.staticfiles.finders.FileSystemFinder",

@@ -59,6 +59,7 @@ from routing.core.cache_view_check import MismatchConfig
 from routing.core.dispatch import DispatchCore, Ticket
 from routing.core.kv_events import split_kv_event_params
 from routing.core.kv_stream_health import SilenceConfig
+from routing.core.load_forecast import LoadForecast
 from routing.core.lora import AdapterDirectory
 from routing.core.peers import Heartbeat
 from routing.core.pending_queue import RegionalQueues
@@ -71,6 +72,7 @@ from routing.core.topology import TopologySnapshot
 from routing.dispatch import Dispatcher
 from routing.forecast import build_forecast
 from routing.kv_events import KVEventConsumer
+from routing.live_publish import LivePublisher
 from routing.model_tokens import ModelEncoders
 from routing.peers import AvailabilityPoller, HttpReportFetch, PeerDirectory
 from routing.prober import ReplicaProber
@@ -136,6 +138,8 @@ class BalancerConfig:
     length_predictor_state: str = ""
     lookahead_iterations: int = 100
     seconds_per_iteration: float = 0.02
+    live_publish_s: float = 1.0
+    live_stream_maxlen: int = 4096
     auth_failure_limit: int = 20
     auth_failure_window_s: float = 60.0
 
@@ -185,6 +189,8 @@ class BalancerConfig:
             length_predictor_state=s.MERIDIAN_LENGTH_PREDICTOR_STATE,
             lookahead_iterations=s.MERIDIAN_LOOKAHEAD_ITERATIONS,
             seconds_per_iteration=s.MERIDIAN_SECONDS_PER_ITERATION,
+            live_publish_s=s.MERIDIAN_LIVE_PUBLISH_S,
+            live_stream_maxlen=s.MERIDIAN_LIVE_STREAM_MAXLEN,
             auth_failure_limit=s.MERIDIAN_AUTH_FAILURE_LIMIT,
             auth_failure_window_s=s.MERIDIAN_AUTH_FAILURE_WINDOW_S,
         )
@@ -279,6 +285,12 @@ class BalancerRuntime:
             ttl_s=config.heartbeat_ttl_s,
         )
         self.client = _shared_client(config)
+        # The console's live feed: this balancer's per-second record, straight to Redis.
+        self.live = LivePublisher(
+            config.redis_url,
+            maxlen=config.live_stream_maxlen,
+            on_error=self.metrics.live_publish_errors.inc,
+        )
         self.block_schemes = ModelBlockSchemes(config.hash_seed)
         # LoRA adapter -> base model: learned from the replicas' /v1/models, config on top.
         self.adapters = AdapterDirectory(config.lora_adapters)
@@ -393,6 +405,7 @@ class BalancerRuntime:
             self._spawn("heartbeat", self.config.heartbeat_interval_s, self.exchange_heartbeats),
             self._spawn("kv-subscribe", self.config.topology_refresh_s, self.kv.reconcile),
             self._spawn("kv-events", self.config.kv_events_batch_s, self.kv.flush_all),
+            self._spawn("live", self.config.live_publish_s, self.publish_live),
         ]
         await asyncio.gather(
             self.poller.poll_all(), self.exchange_heartbeats(), self.kv.reconcile()
@@ -458,6 +471,16 @@ class BalancerRuntime:
             self.metrics.heartbeat_errors.inc,
         )
 
+    async def publish_live(self) -> None:
+        await self.live.publish(self)
+
+    @property
+    def forecast(self) -> LoadForecast:
+        return self.core.forecast
+
+    def monotonic(self) -> float:
+        return self.loop.time()
+
     def heartbeat(self, snapshot: TopologySnapshot) -> Heartbeat:
         """This balancer's availability report (Algorithm 1, lines 9-10): available
         replicas and queue length per model, for peers and for Redis."""
@@ -504,6 +527,7 @@ class BalancerRuntime:
                 ("HTTP client", self.client.aclose),
                 ("upstream pool", self.upstream.aclose),
                 ("peer heartbeats", self.peers.close),
+                ("live feed", self.live.close),
             ],
             timeout_s=CLOSE_STEP_TIMEOUT_S,
         )

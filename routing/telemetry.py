@@ -156,6 +156,10 @@ class BalancerMetrics:
         self.heartbeat_errors = r.counter(
             "meridian_heartbeat_errors_total", "Failed heartbeat publish/read rounds (Redis)."
         )
+        self.live_publish_errors = r.counter(
+            "meridian_live_publish_errors_total",
+            "Live-feed records not appended to the region's Redis stream (console).",
+        )
         self.kv_stream_state = r.gauge(
             "meridian_kv_event_stream_state",
             "1 on the state of the replica's KV-event stream (ok, no_stream, "

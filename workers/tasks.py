@@ -4,8 +4,7 @@ Tasks are thin: they take primitives, read their knobs from settings and call th
 service function that does the work (the same one a management command or a test
 calls).  All share one retry policy (``workers.task_policy.control_task``); their
 beat entries, with the one expiry rule, are built in ``workers.schedule``.  The
-console's live tick is the one task outside this module (``console.live.tasks``),
-registered through the same policy: the control plane does not import the console.
+console's live numbers need no task: balancers publish them to Redis themselves.
 """
 
 from __future__ import annotations
@@ -26,7 +25,7 @@ from workers.providers.factory import build_provider
 from workers.rollups import prune_rollups as prune_rollups_service
 from workers.rollups import rollup_metrics as rollup_metrics_service
 from workers.scaling_glue import scale_services as scale_services_service
-from workers.schedule import expires_s
+from workers.schedule import EXPIRES_SHARE
 from workers.task_policy import control_task, redis_client
 
 
@@ -87,8 +86,8 @@ def prune_rollups() -> int:
 @control_task()
 def sync_cache_state() -> list[dict[str, Any]]:
     """Anti-entropy: every live balancer re-reads its replicas' cache state now."""
-    # Give up on a balancer when the beat entry would have expired anyway.
-    timeout = max(1.0, expires_s(settings.MERIDIAN_CACHE_SYNC_PERIOD_S))
+    # Give up on a balancer before the next round is due.
+    timeout = max(1.0, settings.MERIDIAN_CACHE_SYNC_PERIOD_S * EXPIRES_SHARE)
     return [r.__dict__ for r in sync_cache_state_service(timeout=timeout)]
 
 

@@ -1,16 +1,16 @@
-"""The console's live transport (Channels over the Redis channel layer).
+"""The console's live transport.
 
-* ``messages``: group names and the typed payloads sent to them (one module, so the
-  consumer, the publishers and the browser agree on every field).
-* ``snapshot``: pure aggregation of the balancers' ``/internal/state``, heartbeats and
-  the latest rollups into ONE per-region snapshot per tick (rates from counter deltas).
+* ``feed``: reads the balancers' live streams (``meridian:live:region:<region>``, each
+  balancer appends a record a second: ``routing.live_publish``): the last 15 minutes
+  once, then what is new; and the replicas page's warnings from the newest records.
+* ``snapshot``: lays the records out per region and per replica for the pages (the
+  arithmetic is ``routing.core.live_feed``), with since when a quiet part is quiet.
+* ``messages``: group names and the typed payloads of Events and drill progress.
 * ``publish``: sync helpers that ``group_send`` a message, and the ``Event`` post-save
   hook that puts every new Event on the ``console.events`` group after commit.
 * ``plotly_static``: a staticfiles finder serving the plotly package's bundled
   ``plotly.min.js`` as ``console/vendor/plotly.min.js`` (no CDN; works offline).
-* ``tick``: one live tick: gather the topology rows, balancer states, heartbeats and
-  rollups, build the snapshot, send it.
-* ``tasks``: the Celery beat task that runs a tick (``live-snapshot``).
 
-``console.consumers`` is the staff-only WebSocket consumer that forwards all three.
+``console.consumers`` is the staff-only WebSocket consumer: it runs the feed for its
+page and forwards Events and drill progress.
 """

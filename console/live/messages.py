@@ -1,22 +1,20 @@
 """Group names and message payloads of the console's live transport.
 
 Every message a consumer receives is ``{"type": <handler>, "payload": {...}}``; the
-consumer forwards ``{"kind": <kind>, ...payload}`` to the browser.  Snapshots are
-aggregated per tick (never one message per request); events and drill progress are
-rare, one message each.
+consumer forwards ``{"kind": <kind>, ...payload}`` to the browser.  Events and drill
+progress are rare, one message each.  Live numbers do not use the channel layer: each
+consumer reads the balancers' live streams itself (``console.live.feed``).
 """
 
 from __future__ import annotations
 
 from typing import Any, TypedDict
 
-LIVE_GROUP = "console.live"
 EVENTS_GROUP = "console.events"
 DRILLS_GROUP = "ops.drills"
-ALL_GROUPS = (LIVE_GROUP, EVENTS_GROUP, DRILLS_GROUP)
+ALL_GROUPS = (EVENTS_GROUP, DRILLS_GROUP)
 
 # Channel-layer ``type`` values map to consumer methods (dots become underscores).
-SNAPSHOT_TYPE = "live.snapshot"
 EVENT_TYPE = "event.created"
 DRILL_TYPE = "drill.progress"
 

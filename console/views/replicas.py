@@ -11,7 +11,7 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
 from console.forms import AddReplicaForm
-from fleet.models import Event, Replica
+from fleet.models import Event, Region, Replica
 from workers.replica_states import (
     ReplicaStateError,
     drain_replica,
@@ -45,16 +45,18 @@ def replicas(request: HttpRequest) -> HttpResponse:
 
 
 def _warnings() -> dict[str, list[dict[str, str]]]:
-    """The latest tick's warnings; the page still renders without Redis (the live
-    snapshot fills them in once it arrives).  Imported here, not at the top: the URLconf
-    imports this module, and ``manage.py check`` must not pay for redis and httpx."""
+    """The balancers' latest warnings, from their live records; the page still renders
+    without Redis (the live snapshot fills them in once it arrives).  Imported here, not
+    at the top: the URLconf imports this module, and ``manage.py check`` must not pay
+    for redis."""
     import redis
 
-    from console.live.tick import latest_warnings
+    from console.live.feed import latest_warnings
 
+    regions = list(Region.objects.values_list("name", flat=True))
     try:
         with redis.Redis.from_url(settings.REDIS_URL, socket_timeout=0.5) as client:
-            return latest_warnings(client)
+            return latest_warnings(client, regions)
     except (redis.RedisError, ValueError):
         return {}
 

@@ -62,6 +62,13 @@ class Counter(_Family):
     def value(self, *labels: str) -> float:
         return self._values.get(self._key(labels), 0.0)
 
+    def items(self) -> list[tuple[tuple[str, ...], float]]:
+        """Every child's label values and count (for summaries such as the live feed)."""
+        return list(self._values.items())
+
+    def total(self) -> float:
+        return sum(self._values.values())
+
     def lines(self) -> list[str]:
         return [
             f"{self.name}{self._label_text(k)} {_num(v)}" for k, v in sorted(self._values.items())
@@ -118,6 +125,13 @@ class Histogram(_Family):
 
     def count(self, *labels: str) -> int:
         return sum(self._counts.get(self._key(labels), ()))
+
+    def merged_counts(self) -> tuple[int, ...]:
+        """Per-bucket counts (non-cumulative, +Inf last) summed over every child."""
+        merged = [0] * (len(self.buckets) + 1)
+        for counts in self._counts.values():
+            merged = [a + b for a, b in zip(merged, counts, strict=True)]
+        return tuple(merged)
 
     def lines(self) -> list[str]:
         out: list[str] = []

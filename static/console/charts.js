@@ -23,6 +23,19 @@
     Plotly.react(prefix + key, traces, layout(title, { shapes: shapes || [] }), config);
   }
 
+  // On load the socket first sends the last 15 minutes from the balancers' streams,
+  // so the live charts start full rather than from the moment the page opened.
+  window.meridian.on("history", function (h) {
+    Object.keys(h.regions).forEach(function (region) {
+      const src = h.regions[region];
+      live[region] = {
+        t: src.t.map(function (t) { return new Date(t * 1000); }),
+        hit_rate: src.hit_rate.slice(), queue: src.queue.slice(), rps: src.rps.slice(), ttft: src.ttft.slice(),
+      };
+    });
+    Object.keys(liveCharts).forEach(function (key) { draw("live-", key, liveCharts[key], live, key); });
+  });
+
   window.meridian.on("snapshot", function (s) {
     const now = new Date(s.ts * 1000);
     s.regions.forEach(function (r) {

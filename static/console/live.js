@@ -3,7 +3,7 @@
 (function () {
   "use strict";
   const STALE_MS = 5000;
-  const listeners = { snapshot: [], event: [], drill: [] };
+  const listeners = { history: [], snapshot: [], event: [], drill: [] };
   const badge = document.getElementById("live-status");
   let delay = 500;
   let last = 0;
@@ -43,6 +43,10 @@
       pct: function (v) { return v == null ? "—" : (100 * v).toFixed(1) + " %"; },
       num: function (v, d) { return v == null ? "—" : Number(v).toFixed(d || 0); },
       ms: function (v) { return v == null ? "—" : (1000 * v).toFixed(0) + " ms"; },
+      // A component that went quiet says since when, never a bare blank.
+      since: function (ts) {
+        return ts == null ? "no data yet" : "no data since " + new Date(ts * 1000).toLocaleTimeString([], { hour12: false });
+      },
     },
   };
   connect();

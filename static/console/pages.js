@@ -17,8 +17,10 @@
       return k + " " + r.by_kind[k][0] + "/" + r.by_kind[k][1];
     }).join("  ");
     set(card, "ready", r.ready + "/" + r.total + "  " + kinds);
-    set(card, "rps", f.num(r.rps, 2));
-    set(card, "hit_rate", f.pct(r.hit_rate));
+    // No record from the region's balancers lately: say since when, not "—".
+    const quiet = r.rps == null;
+    set(card, "rps", quiet ? f.since(r.last_ts) : f.num(r.rps, 2));
+    set(card, "hit_rate", quiet ? f.since(r.last_ts) : (r.hit_rate == null ? "no prompts" : f.pct(r.hit_rate)));
     set(card, "inflight", r.inflight + (r.forwarded_inflight ? " (+" + r.forwarded_inflight + " forwarded)" : ""));
     set(card, "queue", r.queue + (r.queue ? " (oldest " + r.oldest_wait_s.toFixed(1) + " s)" : ""));
     set(card, "waiting", String(r.waiting));
@@ -27,7 +29,11 @@
     set(card, "cost", "$" + r.hourly_cost.toFixed(2) + "/h");
     r.balancers.forEach(function (b) {
       const el = card.querySelector('[data-balancer-state="' + b.name + '"]');
-      if (el) { el.textContent = b.up ? "up" : "down"; el.className = "state state-" + (b.up ? "up" : "down"); }
+      if (el) {
+        el.textContent = b.up ? "up" : "down";
+        el.className = "state state-" + (b.up ? "up" : "down");
+        el.title = b.up ? "" : f.since(b.last_ts);
+      }
     });
   }
 
@@ -35,6 +41,8 @@
     document.querySelectorAll('tr[data-replica="' + r.name + '"]').forEach(function (row) {
       const state = set(row, "state", r.state);
       if (state) state.className = "state state-" + r.state;
+      // A replica no balancer reports any more: its row says since when.
+      row.title = r.reported_at != null && Date.now() / 1000 - r.reported_at > 5 ? f.since(r.reported_at) : "";
       set(row, "running", f.num(r.running));
       set(row, "waiting", f.num(r.waiting));
       set(row, "kv_usage", f.pct(r.kv_usage));

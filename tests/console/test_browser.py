@@ -1,6 +1,6 @@
 """The console in a real headless Chromium against a real stack: three regions of
-emulated replicas with their balancers, the daphne console, a Celery worker with beat
-(the live snapshot task among its entries) and replayed traffic.
+emulated replicas with their balancers (publishing their live streams), the daphne
+console, a Celery worker with beat and replayed traffic.
 
 What a person would notice: logging in shows three regions; under traffic a region's
 request rate and hit rate change without a reload; a policy switch shows up in the

@@ -1,20 +1,22 @@
 """The console's WebSocket through channels' ``WebsocketCommunicator`` against the real
-ASGI application (origin check, session auth, Redis channel layer)."""
+ASGI application (origin check, session auth, Redis channel layer, live streams)."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
-from channels.layers import get_channel_layer
+import redis
 from channels.testing import WebsocketCommunicator
+from django.conf import settings
 from django.contrib.auth.models import User
 from django.test import Client
 
-from console.live.messages import LIVE_GROUP, SNAPSHOT_TYPE, message
-from fleet.models import Event
+from fleet.models import Event, Region
 from meridian.asgi import application
 from ops.embedded_redis import EmbeddedRedis
+from routing.core.live_feed import FIELD, Counters, LiveRecord, stream_key
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.anyio]
 ORIGIN = (b"origin", b"http://127.0.0.1")
@@ -45,24 +47,44 @@ async def _refused(communicator: WebsocketCommunicator) -> Any:
     return connected, code
 
 
-async def test_staff_receive_snapshots_and_events(redis_server: EmbeddedRedis) -> None:
+async def _next(communicator: WebsocketCommunicator, kind: str) -> Any:
+    """The next message of ``kind`` (snapshots arrive every second in between)."""
+    for _ in range(20):
+        received = await communicator.receive_json_from(timeout=5)
+        if received["kind"] == kind:
+            return received
+    raise AssertionError(f"no {kind} message")
+
+
+def _balancer_sent_a_record(region: str) -> None:
+    """What a balancer's live loop appends: 3 requests over its last second."""
+    Region.objects.create(name=region)
+    delta = Counters(requests=3, prompt_tokens=400, cached_tokens=100)
+    record = LiveRecord(f"{region}-lb", region, time.time(), 1.0, delta)
+    with redis.Redis.from_url(settings.REDIS_URL) as client:
+        client.delete(stream_key(region))
+        client.xadd(stream_key(region), {FIELD: record.to_json()})
+
+
+async def test_staff_receive_history_snapshots_and_events(redis_server: EmbeddedRedis) -> None:
     from asgiref.sync import sync_to_async
 
+    await sync_to_async(_balancer_sent_a_record)("ws-test")
     cookie = await sync_to_async(_session_cookie)(staff=True)
     communicator = _socket(cookie)
     connected, _ = await communicator.connect()
     assert connected
-    layer = get_channel_layer()
-    snapshot = {"ts": 1.0, "regions": [{"name": "us-east", "rps": 3.5}], "replicas": []}
-    await layer.group_send(LIVE_GROUP, message(SNAPSHOT_TYPE, snapshot))
+    # The charts' back-fill comes first, read from the region's stream.
     received = await communicator.receive_json_from(timeout=5)
-    assert received["kind"] == "snapshot"
-    assert received["regions"][0]["rps"] == 3.5
+    assert received["kind"] == "history"
+    assert received["regions"]["ws-test"]["rps"] == [3.0]
+    received = await _next(communicator, "snapshot")
+    region = received["regions"][0]
+    assert (region["name"], region["rps"], region["hit_rate"]) == ("ws-test", 3.0, 0.25)
 
     # Recording an Event is enough: the post-save hook publishes it after commit.
     await sync_to_async(Event.record)("policy_changed", "m: a -> b", subject="m")
-    received = await communicator.receive_json_from(timeout=5)
-    assert received["kind"] == "event"
+    received = await _next(communicator, "event")
     assert (received["event"]["kind"], received["event"]["message"]) == (
         "policy_changed",
         "m: a -> b",
@@ -85,5 +107,6 @@ async def test_a_foreign_origin_is_refused(redis_server: EmbeddedRedis) -> None:
     communicator = WebsocketCommunicator(
         application, "/ws/live", headers=[(b"origin", b"http://evil.example"), (b"cookie", cookie)]
     )
-    connected, _ = await communicator.connect()
+    # Disconnected like every refused socket, so the denier's channel-layer read ends.
+    connected, _ = await _refused(communicator)
     assert not connected

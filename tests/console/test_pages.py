@@ -10,10 +10,10 @@ import redis
 from django.conf import settings
 from django.test import Client
 
-from console.live.tick import WARNINGS_KEY, store_warnings
 from fleet.models import Event, Region, RegionLatency, Replica, ServiceConfig
 from ops.embedded_redis import EmbeddedRedis
 from routing.core.cache_view_check import MISMATCH_ADVICE
+from routing.core.live_feed import FIELD, Counters, LiveRecord, ReplicaLive, stream_key
 from tests.support.processes import free_port
 
 PAGES = [
@@ -159,13 +159,17 @@ def test_replicas_page_shows_the_balancers_cache_warnings_in_plain_words(
     staff: Client, redis_server: EmbeddedRedis
 ) -> None:
     warning = {"kind": "cache_view_mismatch", "message": MISMATCH_ADVICE}
+    row = ReplicaLive("us-east-r1", True, 0, 0, 0, None, None, warnings=(warning,))
+    record = LiveRecord("us-east-lb", "us-east", 1.0, 1.0, Counters(), replicas=(row,))
     with redis.Redis.from_url(settings.REDIS_URL) as client:
-        # What the live tick stores from the balancers' /internal/state.
-        store_warnings(client, [{"name": "us-east-r1", "warnings": [warning]}])
+        # What the region's balancer appends to its live stream each second (alone:
+        # a stack started earlier in the session may have left newer records).
+        client.delete(stream_key("us-east"))
+        client.xadd(stream_key("us-east"), {FIELD: record.to_json()})
         try:
             html = staff.get("/console/replicas").content.decode()
         finally:
-            client.delete(WARNINGS_KEY)
+            client.delete(stream_key("us-east"))
     assert 'data-warning="cache_view_mismatch"' in html
     assert "--enable-prompt-tokens-details" in html and "hash seed" in html
     assert html.count('data-warning="') == 1  # only the replica it concerns

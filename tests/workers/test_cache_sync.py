@@ -13,7 +13,7 @@ from django.conf import settings
 from tests.support.http_server import FakeServer
 from tests.support.rows import Rows
 from workers.cache_sync import sync_cache_state
-from workers.schedule import beat_schedule
+from workers.schedule import beat_schedule, expires_s
 from workers.tasks import sync_cache_state as sync_cache_state_task
 
 
@@ -40,8 +40,8 @@ def test_a_refusing_balancer_is_reported_not_raised(rows: Rows, fake_server: Fak
     assert not results["cs-gone"].ok and "ConnectError" in results["cs-gone"].detail
 
 
-def test_the_beat_entry_expires_before_its_next_run() -> None:
+def test_the_beat_entry_is_scheduled_with_the_common_expiry() -> None:
     entry = beat_schedule()["sync-cache-state"]
     assert entry["task"] == sync_cache_state_task.name
     assert entry["schedule"] == settings.MERIDIAN_CACHE_SYNC_PERIOD_S
-    assert entry["options"]["expires"] < entry["schedule"]
+    assert entry["options"]["expires"] == expires_s(settings.MERIDIAN_CACHE_SYNC_PERIOD_S)
