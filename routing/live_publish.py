@@ -21,8 +21,7 @@ from typing import Protocol
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
-from routing.cache_view import CacheViewMonitor
-from routing.core.kv_stream_health import STATE_ADVICE, StreamState
+from routing.cache_view import CacheViewMonitor, replica_warnings
 from routing.core.live_feed import (
     FIELD,
     Counters,
@@ -95,14 +94,7 @@ def counters_now(rt: LiveSource) -> Counters:
 
 def _warnings(rt: LiveSource, name: str) -> tuple[dict[str, str], ...]:
     """The same plain-language cache warnings ``/internal/state`` gives each replica."""
-    out = []
-    stream = rt.kv.health.states.get(name)
-    if stream is not None and stream is not StreamState.OK:
-        out.append({"kind": f"kv_stream_{stream}", "message": STATE_ADVICE[stream]})
-    view = rt.cache_view.view(name)
-    if view is not None and view["advice"]:
-        out.append({"kind": "cache_view_mismatch", "message": str(view["advice"])})
-    return tuple(out)
+    return tuple(replica_warnings(rt.kv, rt.cache_view, name))
 
 
 def replica_rows(rt: LiveSource) -> tuple[ReplicaLive, ...]:

@@ -37,10 +37,10 @@ from typing import TYPE_CHECKING, Any
 from django.http import HttpRequest, HttpResponse, HttpResponseBase, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
+from routing.cache_view import replica_warnings
 from routing.core import errors
 from routing.core.engine_metrics import LoraInfo
 from routing.core.errors import ApiError
-from routing.core.kv_stream_health import STATE_ADVICE, StreamState
 from routing.core.prompts import describe_source
 from routing.errors import error_response
 from routing.internal_auth import same_token
@@ -254,16 +254,10 @@ def _cache_health(rt: BalancerRuntime, name: str) -> dict[str, Any]:
     """The replica's KV-event stream state and mismatch check, and the warnings a human
     should read (plain language, with what to fix) for the console."""
     stream = rt.kv.health.states.get(name)
-    view = rt.cache_view.view(name)
-    warnings = []
-    if stream is not None and stream is not StreamState.OK:
-        warnings.append({"kind": f"kv_stream_{stream}", "message": STATE_ADVICE[stream]})
-    if view is not None and view["advice"]:
-        warnings.append({"kind": "cache_view_mismatch", "message": view["advice"]})
     return {
         "kv_stream": str(stream) if stream is not None else None,
-        "cache_view": view,
-        "warnings": warnings,
+        "cache_view": rt.cache_view.view(name),
+        "warnings": replica_warnings(rt.kv, rt.cache_view, name),
     }
 
 
