@@ -22,7 +22,6 @@ from routing.core.cache_view_check import (
     confirmed_prefix_blocks,
     expected_cached_tokens,
 )
-from routing.core.kv_stream_health import STATE_ADVICE, StreamState
 from routing.core.types import RequestDescriptor
 from routing.kv_events import KVEventConsumer
 from routing.telemetry import BalancerMetrics
@@ -90,19 +89,3 @@ class CacheViewMonitor:
             "reported_cached_tokens": check.reported_tokens,
             "advice": MISMATCH_ADVICE if check.state is ViewState.MISMATCH else "",
         }
-
-
-def replica_warnings(
-    kv: KVEventConsumer, cache_view: CacheViewMonitor, name: str
-) -> list[dict[str, str]]:
-    """The plain-language warnings about ``name``'s cache view, with what to fix: its
-    KV-event stream when not OK, and the hit-rate mismatch check.  One definition for
-    ``/internal/state`` and the live feed the console reads."""
-    warnings = []
-    stream = kv.health.states.get(name)
-    if stream is not None and stream is not StreamState.OK:
-        warnings.append({"kind": f"kv_stream_{stream}", "message": STATE_ADVICE[stream]})
-    view = cache_view.view(name)
-    if view is not None and view["advice"]:
-        warnings.append({"kind": "cache_view_mismatch", "message": str(view["advice"])})
-    return warnings

@@ -21,7 +21,8 @@ from typing import Protocol
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
-from routing.cache_view import CacheViewMonitor, replica_warnings
+from routing.cache_view import CacheViewMonitor
+from routing.core.cache_view_check import replica_warnings
 from routing.core.live_feed import (
     FIELD,
     Counters,
@@ -94,7 +95,7 @@ def counters_now(rt: LiveSource) -> Counters:
 
 def _warnings(rt: LiveSource, name: str) -> tuple[dict[str, str], ...]:
     """The same plain-language cache warnings ``/internal/state`` gives each replica."""
-    return tuple(replica_warnings(rt.kv, rt.cache_view, name))
+    return tuple(replica_warnings(rt.kv.health.states.get(name), rt.cache_view.view(name)))
 
 
 def replica_rows(rt: LiveSource) -> tuple[ReplicaLive, ...]:

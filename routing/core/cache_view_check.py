@@ -26,11 +26,12 @@ stream are checked: without one the map knows nothing to compare.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
 from routing.core.cache_map import CacheMap
+from routing.core.kv_stream_health import STATE_ADVICE, StreamState
 
 
 class ViewState(StrEnum):
@@ -128,3 +129,17 @@ class MismatchDetector:
         keep = set(replicas)
         for name in [r for r in self._replicas if r not in keep]:
             del self._replicas[name]
+
+
+def replica_warnings(
+    stream: StreamState | None, view: Mapping[str, object] | None
+) -> list[dict[str, str]]:
+    """The plain-language warnings about a replica's cache view, with what to fix: its
+    KV-event ``stream`` state when not OK, and the mismatch ``view``'s advice.  One
+    definition for ``/internal/state`` and the live feed the console reads."""
+    warnings = []
+    if stream is not None and stream is not StreamState.OK:
+        warnings.append({"kind": f"kv_stream_{stream}", "message": STATE_ADVICE[stream]})
+    if view is not None and view.get("advice"):
+        warnings.append({"kind": "cache_view_mismatch", "message": str(view["advice"])})
+    return warnings

@@ -37,8 +37,8 @@ from typing import TYPE_CHECKING, Any
 from django.http import HttpRequest, HttpResponse, HttpResponseBase, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
-from routing.cache_view import replica_warnings
 from routing.core import errors
+from routing.core.cache_view_check import replica_warnings
 from routing.core.engine_metrics import LoraInfo
 from routing.core.errors import ApiError
 from routing.core.prompts import describe_source
@@ -254,10 +254,11 @@ def _cache_health(rt: BalancerRuntime, name: str) -> dict[str, Any]:
     """The replica's KV-event stream state and mismatch check, and the warnings a human
     should read (plain language, with what to fix) for the console."""
     stream = rt.kv.health.states.get(name)
+    view = rt.cache_view.view(name)
     return {
         "kv_stream": str(stream) if stream is not None else None,
-        "cache_view": rt.cache_view.view(name),
-        "warnings": replica_warnings(rt.kv, rt.cache_view, name),
+        "cache_view": view,
+        "warnings": replica_warnings(stream, view),
     }
 
 
