@@ -80,7 +80,7 @@ class EngineHashKeys:
         return list(engine_hashes)
 
     def cleared(self) -> None:
-        pass
+        """Engine hashes are used as they come: there is no mapping to forget."""
 
     def resync(self, blocks: Sequence[int], stored: Sequence[CacheEvent]) -> list[int]:
         return list(blocks)

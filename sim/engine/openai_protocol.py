@@ -220,6 +220,21 @@ def _logprob_count(body: dict[str, Any], name: str) -> int | None:
     return value
 
 
+def body_for_model(raw: bytes, model: str) -> dict[str, Any]:
+    """A request body that is a JSON object naming this replica's ``model`` (or none):
+    ``APIError`` as vLLM answers otherwise (400, or 404 ``model_not_found``)."""
+    body = _json_object(raw)
+    requested = body.get("model") or model
+    if requested != model:
+        raise APIError(
+            f"The model `{requested}` does not exist.",
+            status=404,
+            param="model",
+            code="model_not_found",
+        )
+    return body
+
+
 def _json_object(raw: bytes) -> dict[str, Any]:
     try:
         body = json.loads(raw)

@@ -22,7 +22,6 @@ directions, so cosine similarity behaves plausibly, and it costs O(tokens).
 from __future__ import annotations
 
 import base64
-import json
 import math
 import sys
 import zlib
@@ -32,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from routing.core.tokenizer import Tokenizer, render_chat
-from sim.engine.openai_protocol import APIError
+from sim.engine.openai_protocol import APIError, body_for_model
 
 DEFAULT_EMBEDDING_SIZE = 384
 _MAX_TOKEN_ID = 1 << 32
@@ -49,20 +48,7 @@ def parse_embedding(
     raw: bytes, *, model: str, tokenizer: Tokenizer, max_model_len: int
 ) -> EmbeddingRequest:
     """Validate an embeddings body; ``APIError`` with vLLM's status and message."""
-    try:
-        body = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise APIError(f"The request body is not valid JSON: {exc}") from None
-    if not isinstance(body, dict):
-        raise APIError("The request body must be a JSON object.")
-    requested = body.get("model") or model
-    if requested != model:
-        raise APIError(
-            f"The model `{requested}` does not exist.",
-            status=404,
-            param="model",
-            code="model_not_found",
-        )
+    body = body_for_model(raw, model)
     if body.get("dimensions") is not None:
         raise APIError(
             f"Model {model!r} does not support Matryoshka embeddings; dimensions must be "
@@ -82,7 +68,7 @@ def parse_embedding(
                 f"input has {len(tokens)} tokens.",
                 param="input",
             )
-    return EmbeddingRequest(requested, inputs, encoding)
+    return EmbeddingRequest(model, inputs, encoding)
 
 
 def _inputs(body: Mapping[str, Any], tokenizer: Tokenizer) -> list[list[int]]:

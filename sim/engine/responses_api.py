@@ -22,7 +22,6 @@ TYPE`` plus ``data:``: ``response.created``, ``response.in_progress``,
 
 from __future__ import annotations
 
-import json
 import uuid
 import zlib
 from array import array
@@ -32,7 +31,12 @@ from typing import Any
 from routing.core import errors as routing_errors
 from routing.core.openai_inputs import responses_input
 from routing.core.tokenizer import Tokenizer, render_chat
-from sim.engine.openai_protocol import APIError, GenerationRequest, vocabulary_words
+from sim.engine.openai_protocol import (
+    APIError,
+    GenerationRequest,
+    body_for_model,
+    vocabulary_words,
+)
 from sim.engine.structured import OutputPlan, StructuredError, forced_tokens, plan_format
 from sim.engine.vocab import Vocabulary
 
@@ -43,20 +47,7 @@ def parse_responses(
     raw: bytes, *, model: str, tokenizer: Tokenizer, vocab: Vocabulary, max_model_len: int
 ) -> GenerationRequest:
     """Validate a Responses body into the engine's request; ``APIError`` as vLLM answers."""
-    try:
-        body = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise APIError(f"The request body is not valid JSON: {exc}") from None
-    if not isinstance(body, dict):
-        raise APIError("The request body must be a JSON object.")
-    requested = body.get("model") or model
-    if requested != model:
-        raise APIError(
-            f"The model `{requested}` does not exist.",
-            status=404,
-            param="model",
-            code="model_not_found",
-        )
+    body = body_for_model(raw, model)
     for name in _UNHONOURED:
         if body.get(name):
             raise APIError(f"`{name}` is not supported by the emulated replica.", param=name)
@@ -69,7 +60,7 @@ def parse_responses(
     plan = _plan(body, vocabulary_words(vocab, key))
     return GenerationRequest(
         kind="responses",
-        model=requested,
+        model=model,
         prompt_token_ids=tokens,
         max_tokens=_max_output_tokens(body, len(tokens), max_model_len),
         stream=body.get("stream") is True,
