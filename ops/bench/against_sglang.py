@@ -18,6 +18,7 @@ flatters any cache, so ``ops.bench.prompt_cost`` measures fresh prompts too.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import time
@@ -101,11 +102,10 @@ def _wait_serving(url: str, process: subprocess.Popen[bytes], timeout_s: float =
     while time.monotonic() < deadline:
         if process.poll() is not None:
             raise StartupError(f"sglang-router exited with {process.returncode}")
-        try:
+        # Refused or cut off while it starts: not up yet, ask again.
+        with contextlib.suppress(httpx.HTTPError):
             if httpx.get(f"{url}/health", timeout=2, trust_env=False).status_code == 200:
                 return
-        except httpx.HTTPError:
-            pass
         time.sleep(0.2)
     raise StartupError(f"sglang-router did not answer on {url} within {timeout_s:.0f}s")
 

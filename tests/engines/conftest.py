@@ -9,6 +9,7 @@ CI, where that fails the run.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import time
@@ -158,11 +159,10 @@ def wait_healthy(group: ProcessGroup, replica: VllmReplica) -> None:
                 f"{replica.name} exited with {replica.process.returncode}; its log ends:\n"
                 + group.log_of(replica.name)[-4000:]
             )
-        try:
+        # Refused or cut off while it starts: not up yet, ask again.
+        with contextlib.suppress(httpx.HTTPError):
             if httpx.get(f"{replica.url}/health", timeout=2).status_code == 200:
                 return
-        except httpx.HTTPError:
-            pass
         time.sleep(1)
     raise AssertionError(
         f"{replica.name} not healthy after {STARTUP_TIMEOUT_S}s; its log ends:\n"
