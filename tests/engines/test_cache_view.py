@@ -70,6 +70,9 @@ def test_a_gap_is_healed_from_the_engines_replay_endpoint(fleet: EngineFleet) ->
 def test_a_prefix_whose_events_were_lost_is_steered_after_the_replay(fleet: EngineFleet) -> None:
     holder = "vllm-b"  # an idle tie goes to vllm-a: only the replayed events pick vllm-b
     prefix = unique_prompt(300)
+    # The replay count is cumulative over the fleet's life (an earlier test healed a gap
+    # too): wait for this gap's own replay, not for any replay at all.
+    replays_before = fleet.kv_stream_state(holder)["healed_by"].get("replay", 0)
     lose_the_events_of(fleet, holder, prefix)
     received = fleet.kv_stream_state(holder)["received"]
     fleet.direct_client(holder).completions.create(
@@ -77,8 +80,9 @@ def test_a_prefix_whose_events_were_lost_is_steered_after_the_replay(fleet: Engi
     )
     wait_applied(fleet, holder, received)
     eventually(
-        lambda: fleet.kv_stream_state(holder)["healed_by"].get("replay"),
-        what="the gap healed by replay",
+        lambda: fleet.kv_stream_state(holder)["healed_by"].get("replay", 0) > replays_before,
+        what="this gap healed by replay",
+        timeout=30,
     )
     replica, response = fleet.complete(prefix + " and what follows it")
     assert replica == holder and cached_tokens(response.usage) > 0
