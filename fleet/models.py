@@ -9,8 +9,17 @@ from __future__ import annotations
 import hashlib
 import secrets
 
+from django.core.exceptions import ValidationError
 from django.db import models
 from django.utils import timezone
+
+from routing.core.key_limits import (
+    BUDGET_PERIODS,
+    DEFAULT_BUDGET_PERIOD,
+    NO_LIMITS,
+    KeyLimits,
+    parse_models,
+)
 
 
 class Region(models.Model):
@@ -235,6 +244,30 @@ class ApiKey(models.Model):
     key_hash = models.CharField(max_length=64, unique=True)
     created_at = models.DateTimeField(default=timezone.now)
     revoked = models.BooleanField(default=False)
+    # Limits (routing.core.key_limits), held across every balancer through Redis; empty: none.
+    requests_per_minute = models.PositiveIntegerField(null=True, blank=True)
+    tokens_per_minute = models.PositiveBigIntegerField(null=True, blank=True)
+    max_concurrent = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Requests of this key in flight at once"
+    )
+    token_budget = models.PositiveBigIntegerField(
+        null=True, blank=True, help_text="Tokens (prompt + completion) per budget period"
+    )
+    budget_period = models.CharField(
+        max_length=8,
+        choices=[(p, p) for p in BUDGET_PERIODS],
+        default=DEFAULT_BUDGET_PERIOD,
+        help_text="Fixed UTC periods; a month is 30 days",
+    )
+    allowed_models = models.JSONField(
+        default=list, blank=True, help_text="Model names this key may use; empty: all"
+    )
+    # Usage since the key was issued, rolled up from Redis (workers.key_usage).
+    usage_requests = models.BigIntegerField(default=0)
+    usage_prompt_tokens = models.BigIntegerField(default=0)
+    usage_cached_tokens = models.BigIntegerField(default=0)
+    usage_completion_tokens = models.BigIntegerField(default=0)
+    usage_updated_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         db_table = "console_apikey"
@@ -244,11 +277,45 @@ class ApiKey(models.Model):
         return f"{self.name} ({self.prefix}…)"
 
     @classmethod
-    def issue(cls, name: str) -> tuple[ApiKey, str]:
+    def issue(cls, name: str, limits: KeyLimits = NO_LIMITS) -> tuple[ApiKey, str]:
         """Create a key and return it with the raw secret (not stored anywhere)."""
         raw = cls.PREFIX + secrets.token_urlsafe(32)
-        key = cls.objects.create(name=name, prefix=raw[:10], key_hash=hash_api_key(raw))
+        key = cls(name=name, prefix=raw[:10], key_hash=hash_api_key(raw))
+        key.set_limits(limits)
+        key.save()
         return key, raw
+
+    def set_limits(self, limits: KeyLimits) -> None:
+        self.requests_per_minute = limits.requests_per_minute
+        self.tokens_per_minute = limits.tokens_per_minute
+        self.max_concurrent = limits.max_concurrent
+        self.token_budget = limits.token_budget
+        self.budget_period = limits.budget_period
+        self.allowed_models = sorted(limits.allowed_models)
+
+    def limits(self) -> KeyLimits:
+        """The limits as the balancer enforces them; bad stored values raise ValueError."""
+        if not isinstance(self.allowed_models, list):
+            raise ValueError(
+                f"allowed_models must be a list of model names; got {self.allowed_models!r}"
+            )
+        return KeyLimits(
+            requests_per_minute=self.requests_per_minute,
+            tokens_per_minute=self.tokens_per_minute,
+            max_concurrent=self.max_concurrent,
+            token_budget=self.token_budget,
+            budget_period=self.budget_period,
+            allowed_models=parse_models(self.allowed_models),
+        )
+
+    def clean(self) -> None:
+        super().clean()
+        try:
+            self.limits()
+        except ValueError as exc:
+            raise ValidationError(str(exc)) from None
+        if self.allowed_models != sorted(set(self.allowed_models)):
+            self.allowed_models = sorted(parse_models(self.allowed_models))
 
 
 class Event(models.Model):

@@ -141,6 +141,11 @@ MERIDIAN_KEEPALIVE_TIMEOUT_S = env_float("MERIDIAN_KEEPALIVE_TIMEOUT_S", 5.0, mi
 # are answered 429 (Retry-After: until the window ends).
 MERIDIAN_AUTH_FAILURE_LIMIT = env_int("MERIDIAN_AUTH_FAILURE_LIMIT", 20, minimum=1)
 MERIDIAN_AUTH_FAILURE_WINDOW_S = env_float("MERIDIAN_AUTH_FAILURE_WINDOW_S", 60.0, minimum=1.0)
+# Per-key limits in Redis (routing.key_limits): the store's timeout, after which limits
+# are held per process; how long until Redis is tried again; and a concurrency slot's lease.
+MERIDIAN_KEY_LIMITS_TIMEOUT_S = env_float("MERIDIAN_KEY_LIMITS_TIMEOUT_S", 0.25, minimum=0.01)
+MERIDIAN_KEY_LIMITS_RETRY_S = env_float("MERIDIAN_KEY_LIMITS_RETRY_S", 1.0, minimum=0.1)
+MERIDIAN_KEY_SLOT_LEASE_S = env_float("MERIDIAN_KEY_SLOT_LEASE_S", 900.0, minimum=10.0)
 MERIDIAN_MAX_HEADER_BYTES = env_int("MERIDIAN_MAX_HEADER_BYTES", 32768, minimum=1024)
 
 REDIS_URL = env_str("REDIS_URL", "redis://127.0.0.1:6379/0")

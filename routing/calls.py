@@ -9,9 +9,11 @@ URLconf, which every ``manage.py`` command loads for its checks, stays light.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 
 from routing.core.openai_request import CompletionRequest
+from routing.core.sse import Usage
 from routing.core.types import RequestDescriptor
 
 HOP_HEADER = "X-Meridian-Forwarded-From"
@@ -30,6 +32,14 @@ class ProxyCall:
     authorization: str
     request_id: str
     arrived: float  # time.monotonic() when the view started
+    # The API key's hold (routing.key_limits.KeyGrant.finish): called once with the
+    # usage when the request ends, however it ends; later calls are no-ops.
+    on_finish: Callable[[Usage | None], None] | None = None
+    rate_limit_headers: Mapping[str, str] = field(default_factory=dict)
+
+    def finish(self, usage: Usage | None) -> None:
+        if self.on_finish is not None:
+            self.on_finish(usage)
 
     @property
     def route_in(self) -> str:

@@ -137,7 +137,9 @@ class Dispatcher:
             }
             url = join_url(placement.target.url, call.request.endpoint.path)
             return UpstreamRequest(url, call.request.upstream_body(), headers)
-        # The peer redoes validation, auth and accounting on the client's own body.
+        # The peer redoes validation and auth on the client's body; a stream asks for
+        # usage (stripped again here when the client did not) so the key's usage and
+        # tokens are settled here, where the request was admitted.
         headers = {
             "Content-Type": "application/json",
             "Authorization": call.authorization,
@@ -154,7 +156,7 @@ class Dispatcher:
             headers["X-Session-ID"] = session
         peer = placement.peer.spec
         url = join_url(peer.url, call.request.endpoint.path)
-        return UpstreamRequest(url, call.raw_body, headers, peer=peer)
+        return UpstreamRequest(url, call.request.upstream_body(), headers, peer=peer)
 
     def _streaming(
         self,
@@ -168,7 +170,7 @@ class Dispatcher:
         ttft = opened.first_byte_at - call.arrived
         self.metrics.ttft.observe(ttft, call.request.model, route)
         self.core.first_token(ticket, opened.first_byte_at)
-        sse = None if target.peer else SseRelay(strip_usage=not call.request.client_wants_usage)
+        sse = SseRelay(strip_usage=not call.request.client_wants_usage)
 
         def finished(outcome: str, relay: SseRelay | None) -> None:
             status = opened.status if outcome == OUTCOME_OK else CLIENT_CLOSED
@@ -206,7 +208,7 @@ class Dispatcher:
     ) -> HttpResponse:
         usage = None
         content_type = opened.content_type
-        if target.peer is None and 200 <= opened.status < 300:
+        if 200 <= opened.status < 300:
             usage = _usage_of(payload)
         elif target.peer is None and opened.status >= 400:
             request = call.request
@@ -242,12 +244,14 @@ class Dispatcher:
             ticket,
             ok=ok,
             failure=failure,
-            output_tokens=usage.completion_tokens if usage is not None else None,
+            # A peer's replica is the peer's to learn from.
+            output_tokens=usage.completion_tokens if usage and target.peer is None else None,
             now=self.loop.time(),
             decode_seconds=decode_s,
         )
         if outcome is not None and outcome.actual is not None:
             self.metrics.count_prediction(target.label, outcome.predicted, outcome.actual)
+        call.finish(usage)
         metrics, model = self.metrics, call.request.model
         metrics.requests.inc(model, str(status), route)
         metrics.latency.observe(time.monotonic() - call.arrived, model, route)
@@ -266,6 +270,8 @@ class Dispatcher:
         self, response: HttpResponseBase, call: ProxyCall, target: Placement, opened: Opened
     ) -> None:
         response["X-Request-ID"] = call.request_id
+        for name, value in call.rate_limit_headers.items():
+            response[name] = value
         if target.peer is None:
             response["X-Meridian-Balancer"] = self.balancer
             response["X-Meridian-Replica"] = target.target.target_id

@@ -71,6 +71,7 @@ from routing.core.segments import DEFAULT_CACHE_TOKENS
 from routing.core.topology import TopologySnapshot
 from routing.dispatch import Dispatcher
 from routing.forecast import build_forecast
+from routing.key_limits import KeyLimiter
 from routing.kv_events import KVEventConsumer
 from routing.live_publish import LivePublisher
 from routing.model_tokens import ModelEncoders
@@ -142,6 +143,9 @@ class BalancerConfig:
     live_stream_maxlen: int = 4096
     auth_failure_limit: int = 20
     auth_failure_window_s: float = 60.0
+    key_limits_timeout_s: float = 0.25
+    key_limits_retry_s: float = 1.0
+    key_slot_lease_s: float = 900.0
 
     @classmethod
     def from_settings(cls) -> BalancerConfig:
@@ -193,6 +197,9 @@ class BalancerConfig:
             live_stream_maxlen=s.MERIDIAN_LIVE_STREAM_MAXLEN,
             auth_failure_limit=s.MERIDIAN_AUTH_FAILURE_LIMIT,
             auth_failure_window_s=s.MERIDIAN_AUTH_FAILURE_WINDOW_S,
+            key_limits_timeout_s=s.MERIDIAN_KEY_LIMITS_TIMEOUT_S,
+            key_limits_retry_s=s.MERIDIAN_KEY_LIMITS_RETRY_S,
+            key_slot_lease_s=s.MERIDIAN_KEY_SLOT_LEASE_S,
         )
 
 
@@ -296,6 +303,13 @@ class BalancerRuntime:
         self.adapters = AdapterDirectory(config.lora_adapters)
         self.auth_failures = AuthFailureLimiter(
             config.auth_failure_limit, config.auth_failure_window_s
+        )
+        self.key_limiter = KeyLimiter(
+            config.redis_url,
+            self.metrics,
+            timeout_s=config.key_limits_timeout_s,
+            lease_s=config.key_slot_lease_s,
+            retry_s=config.key_limits_retry_s,
         )
         self.prober = ReplicaProber(
             self.client,
@@ -528,6 +542,7 @@ class BalancerRuntime:
                 ("upstream pool", self.upstream.aclose),
                 ("peer heartbeats", self.peers.close),
                 ("live feed", self.live.close),
+                ("key limits", self.key_limiter.close),
             ],
             timeout_s=CLOSE_STEP_TIMEOUT_S,
         )

@@ -86,6 +86,30 @@ class BalancerMetrics:
             LATENCY_BUCKETS,
         )
         self.inflight = r.gauge("meridian_inflight_requests", "Requests dispatched, not finished.")
+        # Per API key (label: the key's prefix, one per issued key: bounded by the database).
+        self.key_requests = r.counter(
+            "meridian_key_requests_total",
+            "Requests this balancer admitted for an API key (forwards counted where they entered).",
+            ["key"],
+        )
+        self.key_tokens = r.counter(
+            "meridian_key_tokens_total",
+            "Tokens of an API key's finished requests, by kind (prompt, cached, completion).",
+            ["key", "kind"],
+        )
+        self.key_limited = r.counter(
+            "meridian_key_limited_total",
+            "Requests refused by an API key's limits, by which limit (or model).",
+            ["key", "limit"],
+        )
+        self.key_limits_degraded = r.counter(
+            "meridian_key_limits_degraded_total",
+            "Key-limit store calls that failed (Redis): limits held per process meanwhile.",
+        )
+        self.key_limits_shared = r.gauge(
+            "meridian_key_limits_shared",
+            "1 while key limits are held in Redis across processes, 0 while held locally.",
+        )
         self.queue = r.gauge(
             "meridian_queue_length",
             "Requests waiting in this balancer for an available target, per model.",

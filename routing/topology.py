@@ -28,6 +28,7 @@ from routing.core.availability import (
     PushingConfig,
     split_pushing_params,
 )
+from routing.core.key_limits import NO_LIMITS, KeyLimits
 from routing.core.registry import default_pushing
 from routing.core.topology import ModelSpec, PeerSpec, ReplicaSpec, TopologySnapshot
 
@@ -63,6 +64,7 @@ def load_snapshot(balancer_name: str) -> TopologySnapshot:
     )
     models = {c.model_name: model_spec(c) for c in ServiceConfig.objects.all()}
     live_models = set(routable.values_list("model_name", flat=True).distinct())
+    keys = list(ApiKey.objects.filter(revoked=False))
     return TopologySnapshot(
         balancer=me.name,
         region=me.region.name,
@@ -71,11 +73,23 @@ def load_snapshot(balancer_name: str) -> TopologySnapshot:
         peers=_peers(me),
         models=models,
         served_models=frozenset(m for m in models if m in live_models),
-        api_key_hashes=frozenset(
-            ApiKey.objects.filter(revoked=False).values_list("key_hash", flat=True)
-        ),
+        api_key_hashes=frozenset(k.key_hash for k in keys),
+        key_limits={k.key_hash: _limits_or_none(k) for k in keys},
+        key_labels={k.key_hash: k.prefix for k in keys},
         loaded_at=time.time(),
     )
+
+
+def _limits_or_none(key: ApiKey) -> KeyLimits:
+    """A key's limits; values that fail validation (a hand-edited row) are logged once and
+    the key served without limits, as a bad policy falls back to least-load."""
+    try:
+        return key.limits()
+    except ValueError as exc:
+        if (key.prefix, str(exc)) not in _reported:
+            _reported.add((key.prefix, str(exc)))
+            logger.error("API key %s: %s; serving it without limits", key.prefix, exc)
+        return NO_LIMITS
 
 
 def model_spec(config: ServiceConfig) -> ModelSpec:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from routing.core.availability import PushingConfig
+from routing.core.key_limits import KeyLimits
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +68,9 @@ class TopologySnapshot:
     # Configured models with a ready replica somewhere (servable here or by a peer).
     served_models: frozenset[str] = frozenset()
     api_key_hashes: frozenset[str] = frozenset()
+    # Per-key limits and usage labels by key hash (keys without limits have an entry too).
+    key_limits: Mapping[str, KeyLimits] = field(default_factory=dict)
+    key_labels: Mapping[str, str] = field(default_factory=dict)
     loaded_at: float = 0.0
 
     def peer(self, name: str) -> PeerSpec | None:

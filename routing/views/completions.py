@@ -27,6 +27,13 @@ from routing.calls import ROUTE_FORWARDED_IN, ROUTE_LOCAL, ProxyCall
 from routing.core import errors
 from routing.core.chat_template import TemplateError
 from routing.core.errors import ApiError
+from routing.core.key_limits import (
+    NO_LIMITS,
+    KeyLimits,
+    model_not_allowed,
+    refusal,
+    reservation,
+)
 from routing.core.lora import UnknownModelError, resolve_model
 from routing.core.openai_request import Endpoint, describe, parse_request, session_key
 from routing.errors import error_response
@@ -56,7 +63,13 @@ async def proxy(request: HttpRequest, endpoint: Endpoint) -> HttpResponseBase:
         runtime = await get_runtime()
         call = await admit(request, runtime, endpoint, arrived=arrived, request_id=request_id)
         model = call.request.model
-        return await runtime.dispatcher.dispatch(call)
+        try:
+            return await runtime.dispatcher.dispatch(call)
+        except BaseException:
+            # Refused, client gone, a bug: the key's slot goes back (a response that
+            # exists finishes it in the dispatcher's settle instead).
+            call.finish(None)
+            raise
     except ApiError as error:
         count_refusal(request, error, model)
         return error_response(error, request_id=request_id)
@@ -129,6 +142,7 @@ async def admit(
     request_id: str,
 ) -> ProxyCall:
     authorization = authorize(request, runtime)
+    key_hash = hash_api_key(authorization.partition(" ")[2].strip())
     body = read_body(request, runtime.config.max_body_bytes)
     # A large body is parsed, checked and its blocks hashed in a worker thread: for a
     # body of megabytes each takes tens of milliseconds, which inline would stall every
@@ -145,6 +159,12 @@ async def admit(
         )
     except UnknownModelError:
         raise errors.model_not_found(parsed.model) from None
+    limits = snapshot.key_limits.get(key_hash, NO_LIMITS) if snapshot else NO_LIMITS
+    if not limits.allows(parsed.model, model):
+        if snapshot is not None:
+            label = snapshot.key_labels.get(key_hash, "-")
+            runtime.metrics.key_limited.inc(label, "model")
+        raise model_not_allowed(parsed.model)
     try:
         tokens = await runtime.encoders.tokens(model, parsed.prompt)
     except TemplateError as exc:
@@ -165,7 +185,26 @@ async def admit(
         model=model,
         lora=adapter,
     )
-    return ProxyCall(parsed, descriptor, body, authorization, request_id, arrived)
+    call = ProxyCall(parsed, descriptor, body, authorization, request_id, arrived)
+    if not descriptor.forwarded:
+        # Counted once, where the request entered: a peer's forward was admitted there.
+        await _hold_key(runtime, call, key_hash, limits, len(tokens))
+    return call
+
+
+async def _hold_key(
+    runtime: BalancerRuntime, call: ProxyCall, key_hash: str, limits: KeyLimits, prompt: int
+) -> None:
+    """Admit the call under its key's limits (``routing.key_limits``) or raise the 429."""
+    snapshot = runtime.snapshot
+    label = snapshot.key_labels.get(key_hash, "-") if snapshot else "-"
+    reserve = reservation(prompt, call.request.max_tokens)
+    grant = await runtime.key_limiter.admit(key_hash, label, limits, reserve, call.request_id)
+    if grant.admission is not None and not grant.admission.admitted:
+        runtime.metrics.key_limited.inc(label, grant.admission.verdict.name.lower())
+        raise refusal(grant.admission)
+    call.on_finish = grant.finish
+    call.rate_limit_headers = grant.headers
 
 
 async def _maybe_in_thread(
