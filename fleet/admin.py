@@ -116,12 +116,35 @@ class ServiceConfigAdmin(admin.ModelAdmin):
 
 @admin.register(ApiKey)
 class ApiKeyAdmin(admin.ModelAdmin):
-    list_display = ["name", "prefix", "created_at", "revoked"]
+    list_display = [
+        "name",
+        "prefix",
+        "created_at",
+        "revoked",
+        "requests_per_minute",
+        "tokens_per_minute",
+        "max_concurrent",
+        "token_budget",
+        "usage_requests",
+        "usage_prompt_tokens",
+        "usage_cached_tokens",
+        "usage_completion_tokens",
+    ]
     list_filter = ["revoked"]
     search_fields = ["name", "prefix"]
     # The hash is useless to a person and must not be edited by hand.
     exclude = ["key_hash"]
-    readonly_fields = ["prefix", "created_at"]
+    # Usage is rolled up from Redis (workers.key_usage); limits are edited here and
+    # validated by ApiKey.clean.
+    readonly_fields = [
+        "prefix",
+        "created_at",
+        "usage_requests",
+        "usage_prompt_tokens",
+        "usage_cached_tokens",
+        "usage_completion_tokens",
+        "usage_updated_at",
+    ]
 
     def has_add_permission(self, request: object) -> bool:
         # Keys are issued with `manage.py issue_api_key`, which shows the secret once.

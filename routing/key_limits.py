@@ -39,19 +39,20 @@ import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from routing.core.key_limits import (
+    USAGE_FIELDS,
     WINDOW_MS,
     Admission,
     KeyLimits,
     LocalLedger,
     admission_from_reply,
+    key_prefix,
     rate_limit_headers,
+    usage_key,
 )
 from routing.core.sse import Usage
 from routing.telemetry import BalancerMetrics
 
 logger = logging.getLogger(__name__)
-
-USAGE_FIELDS = ("requests", "prompt_tokens", "cached_tokens", "completion_tokens")
 
 # KEYS[1] prefix; ARGV rpm, tpm, concurrent, budget (-1: none), budget period ms,
 # reserve, member, lease ms.  Reply: verdict, requests, tokens, concurrent, budget, now ms.
@@ -113,15 +114,6 @@ redis.call('HINCRBY', u, 'cached_tokens', ARGV[8])
 redis.call('HINCRBY', u, 'completion_tokens', ARGV[9])
 return 1
 """
-
-
-def key_prefix(key_hash: str) -> str:
-    """The Redis key prefix of one API key's counters (one hash tag: one cluster slot)."""
-    return f"meridian:kl:{{{key_hash}}}:"
-
-
-def usage_key(key_hash: str) -> str:
-    return key_prefix(key_hash) + "u"
 
 
 def _none(limit: int | None) -> int:

@@ -19,6 +19,7 @@ from workers.balancer_probes import probe_balancers as probe_balancers_service
 from workers.balancers import sync_balancer_states
 from workers.cache_sync import sync_cache_state as sync_cache_state_service
 from workers.failover import reconcile_ownership
+from workers.key_usage import rollup_key_usage as rollup_key_usage_service
 from workers.probes import probe_replicas as probe_replicas_service
 from workers.providers.base import CloudProvider
 from workers.providers.factory import build_provider
@@ -76,6 +77,13 @@ def rollup_metrics() -> dict[str, object]:
         "scraped": result.scraped,
         "failed": result.failed,
     }
+
+
+@control_task()
+def rollup_key_usage() -> dict[str, int]:
+    with redis_client() as client:
+        result = rollup_key_usage_service(client)
+    return {"keys": result.keys, "updated": result.updated}
 
 
 @control_task()

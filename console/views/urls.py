@@ -1,6 +1,16 @@
 from django.urls import path
 
-from console.views import charts, cost, drills, events, regions, replicas, service, simulations
+from console.views import (
+    charts,
+    cost,
+    drills,
+    events,
+    keys,
+    regions,
+    replicas,
+    service,
+    simulations,
+)
 from console.views.cost_metrics import cost_metrics
 from console.views.overview import overview
 from console.views.topology import topology
@@ -22,6 +32,7 @@ urlpatterns = [
     path("console/regions/new/<slug:kind>", regions.create, name="console-create"),
     path("console/regions/<slug:kind>/<slug:name>", regions.edit, name="console-edit"),
     path("console/events", events.events, name="console-events"),
+    path("console/keys", keys.keys, name="console-keys"),
     path("console/drills", drills.drills, name="console-drills"),
     path("console/drills/<slug:name>", drills.run, name="console-drill-run"),
     path("console/service", service.service_settings, name="console-service"),

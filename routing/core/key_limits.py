@@ -43,7 +43,19 @@ DEFAULT_COMPLETION_ESTIMATE = 256
 # The most a limit may be: larger values are typos, and Lua numbers are doubles.
 MAX_LIMIT = 10**12
 INSUFFICIENT_QUOTA = "insufficient_quota"
+# A key's usage counters in its Redis hash (``usage_key``), in this order everywhere.
+USAGE_FIELDS = ("requests", "prompt_tokens", "cached_tokens", "completion_tokens")
 RATE_LIMIT_EXCEEDED = "rate_limit_exceeded"
+
+
+def key_prefix(key_hash: str) -> str:
+    """The Redis key prefix of one API key's counters (one hash tag: one cluster slot)."""
+    return f"meridian:kl:{{{key_hash}}}:"
+
+
+def usage_key(key_hash: str) -> str:
+    """The Redis hash of a key's usage since it was issued (``USAGE_FIELDS``)."""
+    return key_prefix(key_hash) + "u"
 
 
 class Verdict(IntEnum):

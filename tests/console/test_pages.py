@@ -23,6 +23,7 @@ PAGES = [
     "/console/replicas",
     "/console/regions",
     "/console/events",
+    "/console/keys",
     "/console/drills",
     "/console/service",
     "/console/simulations",

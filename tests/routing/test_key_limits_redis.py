@@ -14,9 +14,9 @@ import redis
 from django.conf import settings
 
 from ops.embedded_redis import EmbeddedRedis
-from routing.core.key_limits import Counts, KeyLimits, Verdict, decide
+from routing.core.key_limits import Counts, KeyLimits, Verdict, decide, key_prefix
 from routing.core.sse import Usage
-from routing.key_limits import KeyGrant, KeyLimiter, key_prefix
+from routing.key_limits import KeyGrant, KeyLimiter
 from routing.telemetry import BalancerMetrics
 
 pytestmark = pytest.mark.anyio
