@@ -17,8 +17,11 @@ A grant (``KeyGrant``) is finished exactly once (later calls are no-ops), from e
 exit: the dispatcher's settle (buffered response built; stream ended, finished or cut),
 or the view when dispatch raised (refused, client gone, internal error).  Finishing
 releases the slot, settles the reserved tokens to the real usage and adds the usage,
-in one script, off the request path.  A request a peer forwarded to this balancer is
-neither admitted nor counted here: the balancer it entered did both.
+in one script, off the request path.  A key without numeric limits holds nothing in
+Redis: its usage is added in batches, every key's in one pipelined round trip every
+``flush_s`` (0.2 s; a process killed meanwhile loses at most that much of the count).
+A request a peer forwarded to this balancer is neither admitted nor counted here: the
+balancer it entered did both.
 
 Redis unreachable: limits degrade open to a process-local ``LocalLedger`` (each process
 enforces the limits on its own, so N processes admit up to N times a limit), usage is
@@ -33,7 +36,9 @@ import asyncio
 import logging
 import time
 import uuid
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
+from typing import Any
 
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
@@ -153,10 +158,12 @@ class KeyLimiter:
     timeout_s: float = 0.25
     lease_s: float = 900.0
     retry_s: float = 1.0
+    flush_s: float = 0.2  # usage of requests with nothing to settle goes in batches this often
     local: LocalLedger = field(default_factory=LocalLedger)
     _down_until: float = 0.0
     _backlog: dict[str, list[int]] = field(default_factory=dict)
     _tasks: set[asyncio.Task[None]] = field(default_factory=set)
+    _flusher: asyncio.Task[None] | None = None
 
     def __post_init__(self) -> None:
         self._redis = aioredis.Redis.from_url(
@@ -216,9 +223,42 @@ class KeyLimiter:
         actual = usage.prompt_tokens + usage.completion_tokens if usage is not None else None
         if not grant.shared and grant.admission is not None:
             self.local.finish(grant.key_hash, grant.member, grant.reserve, actual)
-        task = asyncio.get_running_loop().create_task(self._settle(grant, actual, amounts))
+        if grant.admission is None or not grant.shared:
+            # Nothing to give back in Redis: the usage goes with the next batch.
+            self._keep(grant.key_hash, amounts)
+            if self._flusher is None or self._flusher.done():
+                self._flusher = self._spawn(self._flush_later())
+            return
+        self._spawn(self._settle(grant, actual, amounts))
+
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        task = asyncio.get_running_loop().create_task(work)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        return task
+
+    async def _flush_later(self) -> None:
+        while self._backlog:
+            await asyncio.sleep(self.flush_s)
+            await self.flush()
+
+    async def flush(self) -> None:
+        """Add the usage counted here to Redis: one pipelined round trip for every key."""
+        if not self._backlog or not self.shared:
+            return
+        batch, self._backlog = self._backlog, {}
+        pipe = self._redis.pipeline(transaction=False)
+        for key_hash, amounts in batch.items():
+            for name, amount in zip(USAGE_FIELDS, amounts, strict=True):
+                if amount:
+                    pipe.hincrby(usage_key(key_hash), name, amount)
+        try:
+            await pipe.execute()
+            self.metrics.key_limits_shared.set(1)
+        except (TimeoutError, RedisError, OSError) as exc:
+            self._degrade(exc)
+            for key_hash, amounts in batch.items():
+                self._keep(key_hash, amounts)
 
     async def _settle(self, grant: KeyGrant, actual: int | None, amounts: list[int]) -> None:
         backlog = self._backlog.pop(grant.key_hash, None)
@@ -266,9 +306,10 @@ class KeyLimiter:
         self._down_until = time.monotonic() + self.retry_s
 
     async def settled(self) -> None:
-        """Wait for the finishes under way (each bounded by the store's timeout)."""
+        """Wait for the finishes and the usage batch under way (bounded: while Redis is
+        down the batch waits for it and this returns without it)."""
         if self._tasks:
-            await asyncio.wait(set(self._tasks), timeout=self.timeout_s * 4)
+            await asyncio.wait(set(self._tasks), timeout=self.flush_s + self.timeout_s * 4)
 
     async def usage(self, key_hash: str) -> dict[str, int]:
         """A key's usage counters in Redis (``USAGE_FIELDS``, zero when never used)."""
@@ -277,4 +318,7 @@ class KeyLimiter:
 
     async def close(self) -> None:
         await self.settled()
+        await self.flush()
+        for task in self._tasks:
+            task.cancel()
         await self._redis.aclose()

@@ -184,3 +184,22 @@ async def test_redis_down_degrades_to_per_process_limits_and_keeps_the_usage(
 
 def _verdicts(*grants: KeyGrant) -> list[Verdict]:
     return [g.admission.verdict if g.admission else Verdict.ADMITTED for g in grants]
+
+
+async def test_usage_of_keys_without_limits_goes_in_batches(
+    limiters: Callable[..., KeyLimiter], key_hash: str
+) -> None:
+    a, b = limiters(), limiters()
+    for i in range(50):
+        limiter = (a, b)[i % 2]
+        grant = await limiter.admit(key_hash, "mk-t", KeyLimits(), 5, f"r{i}")
+        assert grant.admission is None and grant.headers == {}
+        grant.finish(Usage(prompt_tokens=2, completion_tokens=1, cached_tokens=1))
+    await a.settled()
+    await b.settled()
+    assert await a.usage(key_hash) == {
+        "requests": 50,
+        "prompt_tokens": 100,
+        "cached_tokens": 50,
+        "completion_tokens": 50,
+    }
