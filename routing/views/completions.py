@@ -63,16 +63,21 @@ async def proxy(request: HttpRequest, endpoint: Endpoint) -> HttpResponseBase:
         runtime = await get_runtime()
         call = await admit(request, runtime, endpoint, arrived=arrived, request_id=request_id)
         model = call.request.model
-        try:
-            return await runtime.dispatcher.dispatch(call)
-        except BaseException:
-            # Refused, client gone, a bug: the key's slot goes back (a response that
-            # exists finishes it in the dispatcher's settle instead).
-            call.finish(None)
-            raise
+        return await serve(runtime, call)
     except ApiError as error:
         count_refusal(request, error, model)
         return error_response(error, request_id=request_id)
+
+
+async def serve(runtime: BalancerRuntime, call: ProxyCall) -> HttpResponseBase:
+    """Dispatch an admitted call; when no response comes of it (refused, client gone, a
+    bug) its key's hold is finished here (a response finishes it in the dispatcher's
+    settle: when built, or when its stream ends however it ends)."""
+    try:
+        return await runtime.dispatcher.dispatch(call)
+    except BaseException:
+        call.finish(None)
+        raise
 
 
 def authorize(request: HttpRequest, runtime: BalancerRuntime) -> str:
@@ -188,11 +193,11 @@ async def admit(
     call = ProxyCall(parsed, descriptor, body, authorization, request_id, arrived)
     if not descriptor.forwarded:
         # Counted once, where the request entered: a peer's forward was admitted there.
-        await _hold_key(runtime, call, key_hash, limits, len(tokens))
+        await hold_key(runtime, call, key_hash, limits, len(tokens))
     return call
 
 
-async def _hold_key(
+async def hold_key(
     runtime: BalancerRuntime, call: ProxyCall, key_hash: str, limits: KeyLimits, prompt: int
 ) -> None:
     """Admit the call under its key's limits (``routing.key_limits``) or raise the 429."""
