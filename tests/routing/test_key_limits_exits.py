@@ -164,3 +164,21 @@ async def test_a_forwarded_in_request_is_not_held_again(build_runtime: Any, key_
         "cached_tokens": 0,
         "completion_tokens": 0,
     }
+
+
+async def test_redis_down_serves_under_per_process_limits(
+    build_runtime: Any, key_hash: str
+) -> None:
+    rt = await build_runtime(Upstreams(), redis_url="redis://127.0.0.1:1/0")  # nothing there
+    limits = KeyLimits(requests_per_minute=2)
+    statuses = []
+    for _ in range(3):
+        call = proxy_call(rid=uuid.uuid4().hex)
+        try:
+            await hold_key(rt, call, key_hash, limits, prompt=10)
+            statuses.append((await serve(rt, call)).status_code)
+        except ApiError as error:
+            statuses.append(error.status)
+    assert statuses == [200, 200, 429]  # held in this process; never a 5xx
+    assert rt.metrics.key_limits_shared.value() == 0
+    assert rt.metrics.key_limits_degraded.total() >= 1

@@ -174,6 +174,17 @@ def test_a_model_the_key_may_not_use_is_not_found(stack: Stack) -> None:
             max_tokens=4,
         )
     assert caught.value.code == "model_not_found"
+    # The catalogue shows the key only its models: none of those served here.
+    listing = httpx.get(f"{stack.us[1]}/v1/models", headers=_bearer(stack.keys["models"]))
+    assert listing.json()["data"] == []
+    card = httpx.get(f"{stack.us[1]}/v1/models/{MODEL}", headers=_bearer(stack.keys["models"]))
+    assert card.status_code == 404 and card.json()["error"]["code"] == "model_not_found"
+    everything = httpx.get(f"{stack.us[1]}/v1/models", headers=_bearer(stack.keys["rpm"]))
+    assert [m["id"] for m in everything.json()["data"]] == [MODEL]
+
+
+def _bearer(key: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"}
 
 
 def test_streams_release_their_slots_and_a_forward_counts_once(stack: Stack) -> None:
