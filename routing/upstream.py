@@ -185,7 +185,9 @@ class RelayStream:
 
     With an ``SseRelay`` the stream is parsed event by event (usage recorded and,
     for clients that did not ask, the usage-only chunk removed); without one the
-    bytes pass through as they are (peer forwarding: the peer already did this).
+    bytes pass through as they are.  A peer's stream is parsed too: the balancer asks
+    the peer for its usage (the key's accounting happens where the request entered)
+    and removes it here when the client did not ask.
     """
 
     def __init__(self, opened: Opened, *, sse: SseRelay | None, on_finish: FinishHook) -> None:
