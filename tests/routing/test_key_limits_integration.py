@@ -29,6 +29,7 @@ from tests.support.balancers import (
     TopologyFactory,
     client,
     metric_value,
+    set_fault,
     start_balancer,
     start_replicas,
     state,
@@ -42,6 +43,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.django_db]
 
 MESSAGES = [{"role": "user", "content": "Count me once."}]
 RPM = 12
+CONCURRENT = 3
 
 
 @dataclass(frozen=True)
@@ -49,6 +51,7 @@ class Stack:
     us: tuple[str, str]
     eu: str
     keys: dict[str, str]  # name -> raw key
+    replica_ports: tuple[int, ...]
 
 
 def _key(topology: TopologyFactory, name: str, limits: KeyLimits) -> str:
@@ -77,6 +80,7 @@ def stack(
         "usage": _key(topology, "kl-usage", KeyLimits(tokens_per_minute=10**9)),
         "models": _key(topology, "kl-models", KeyLimits(allowed_models=frozenset({"other"}))),
         "forward": _key(topology, "kl-forward", KeyLimits(max_concurrent=50)),
+        "concurrent": _key(topology, "kl-concurrent", KeyLimits(max_concurrent=CONCURRENT)),
     }
     for name, port in replica_ports.items():
         start_replicas(module_processes, name, {name: port})
@@ -84,7 +88,7 @@ def stack(
         start_balancer(module_processes, child_env, f"kl-us-lb{i + 1}", ports[i]) for i in (0, 1)
     )
     eu_url = start_balancer(module_processes, child_env, "kl-eu-lb", ports[2])
-    yield Stack((urls[0], urls[1]), eu_url, keys)
+    yield Stack((urls[0], urls[1]), eu_url, keys, tuple(replica_ports.values()))
     r = redis.Redis.from_url(settings.REDIS_URL)
     for raw in keys.values():
         for name in r.scan_iter(match=f"meridian:kl:\\{{{hash_api_key(raw)}\\}}:*"):
@@ -217,3 +221,31 @@ def test_streams_release_their_slots_and_a_forward_counts_once(stack: Stack) -> 
     # Every slot came back: the concurrency set is empty.
     assert r.zcard(f"meridian:kl:{{{key_hash}}}:c") == 0
     r.close()
+
+
+def test_concurrent_requests_are_held_across_both_processes(stack: Stack) -> None:
+    """Replicas hang, so requests stay in flight: the key's fourth concurrent request is
+    refused by whichever balancer gets it, and once the first three end it is served."""
+    key = stack.keys["concurrent"]
+    for port in stack.replica_ports:
+        set_fault(port, "hang")
+    try:
+        with ThreadPoolExecutor(max_workers=CONCURRENT) as pool:
+            held = [pool.submit(_post, stack.us[i % 2], key) for i in range(CONCURRENT)]
+            r = redis.Redis.from_url(settings.REDIS_URL)
+            slots = f"meridian:kl:{{{hash_api_key(key)}}}:c"
+            eventually(lambda: r.zcard(slots) == CONCURRENT, what="three requests in flight")
+            for url in stack.us:
+                refused = _post(url, key)
+                assert refused.status_code == 429, refused.text
+                assert "concurrent" in refused.json()["error"]["message"]
+                assert refused.headers["retry-after"] == "1"
+            for port in stack.replica_ports:
+                set_fault(port, "none")
+            assert [f.result().status_code for f in held] == [200] * CONCURRENT
+        eventually(lambda: r.zcard(slots) == 0, what="every slot back")
+        assert _post(stack.us[1], key).status_code == 200
+        r.close()
+    finally:
+        for port in stack.replica_ports:
+            set_fault(port, "none")
