@@ -158,6 +158,7 @@ class KeyLimiter:
     timeout_s: float = 0.25
     lease_s: float = 900.0
     retry_s: float = 1.0
+    max_connections: int = 16
     flush_s: float = 0.2  # usage of requests with nothing to settle goes in batches this often
     local: LocalLedger = field(default_factory=LocalLedger)
     _down_until: float = 0.0
@@ -166,11 +167,16 @@ class KeyLimiter:
     _flusher: asyncio.Task[None] | None = None
 
     def __post_init__(self) -> None:
-        self._redis = aioredis.Redis.from_url(
+        # A bounded pool that calls wait for: a burst of admissions must not open a
+        # connection each (on a loaded host the connects alone outlast the timeout).
+        pool = aioredis.BlockingConnectionPool.from_url(
             self.redis_url,
+            max_connections=self.max_connections,
+            timeout=self.timeout_s,
             socket_timeout=self.timeout_s,
             socket_connect_timeout=self.timeout_s,
         )
+        self._redis = aioredis.Redis(connection_pool=pool)
         self._admit = self._redis.register_script(ADMIT_SCRIPT)
         self._finish = self._redis.register_script(FINISH_SCRIPT)
         self.metrics.key_limits_shared.set(1)
@@ -322,3 +328,4 @@ class KeyLimiter:
         for task in self._tasks:
             task.cancel()
         await self._redis.aclose()
+        await self._redis.connection_pool.disconnect()

@@ -31,6 +31,9 @@ async def limiters(
     made: list[KeyLimiter] = []
 
     def make(url: str = "", **options: float) -> KeyLimiter:
+        # A generous timeout: these tests are about atomicity, and a burst opens a
+        # connection per concurrent call, which on a loaded machine can take long.
+        options.setdefault("timeout_s", 5.0)
         limiter = KeyLimiter(url or settings.REDIS_URL, BalancerMetrics("lb-test"), **options)
         made.append(limiter)
         return limiter
