@@ -63,5 +63,10 @@ def build_provider() -> CloudProvider:
     # Emulated replicas hash blocks as a vLLM with PYTHONHASHSEED unset does.
     serve_args = ["--time-scale", str(s.MERIDIAN_CLOUD_SIM_TIME_SCALE)]
     return EmulatedCloudProvider(
-        zones, market, cold, serve_args=serve_args, log_dir=s.VAR_DIR / "cloud"
+        zones,
+        market,
+        cold,
+        serve_args=serve_args,
+        log_dir=s.VAR_DIR / "cloud",
+        warning_s=s.MERIDIAN_CLOUD_PREEMPTION_WARNING_S,
     )
