@@ -2,7 +2,8 @@
 
     manage.py simulate_scaling --spot-trace PATH[,PATH...] \\
         --policy spothedge,even_spread,round_robin,on_demand [--n-target 4] [--n-extra 1] \\
-        [--cold-start-s 183] [--prices AWS_COST_DIR --instance-type p3.2xlarge]
+        [--cold-start-s 183] [--preemption-warning-s 0] \\
+        [--prices AWS_COST_DIR --instance-type p3.2xlarge]
 
 Each PATH is a SkyPilot trace file (one zone) or a folder of them (one trace per
 instance type, its zones the files sharing it), or a 2020 availability event log
@@ -87,6 +88,12 @@ class Command(BaseCommand):
         parser.add_argument("--static-on-demand", type=int, default=1)
         parser.add_argument("--cold-start-s", type=float, default=183.0)
         parser.add_argument("--step-s", type=float, default=60.0)
+        parser.add_argument(
+            "--preemption-warning-s",
+            type=float,
+            default=0.0,
+            help="notice before each spot preemption; the warned replica is drained at once",
+        )
         parser.add_argument("--on-demand-price", type=float, default=None)
         parser.add_argument("--spot-ratio", type=float, default=0.3)
         parser.add_argument("--prices", default="", help="AWS spot price history folder")
@@ -104,7 +111,10 @@ class Command(BaseCommand):
             static_on_demand=options["static_on_demand"],
             cold_start_s=options["cold_start_s"],
             step_s=options["step_s"],
+            warning_s=options["preemption_warning_s"],
         )
+        if config.warning_s < 0:
+            raise CommandError("--preemption-warning-s must be >= 0")
         notes: list[str] = []
         try:
             results = run_simulation(paths, policies, config, self._pricing(options), notes)
