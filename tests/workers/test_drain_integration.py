@@ -21,7 +21,7 @@ import httpx
 import pytest
 
 from fleet.models import ApiKey, Balancer, Event, Region, Replica, ServiceConfig, Zone
-from tests.support.balancers import start_balancer
+from tests.support.balancers import start_balancer, state
 from tests.support.processes import ProcessGroup, free_port
 from workers.draining import in_flight
 from workers.probes import probe_replicas
@@ -142,6 +142,17 @@ def fleet(
     return start_balancer(processes, env, name, port), key
 
 
+def balancer_routes_to(url: str, replicas: list[Replica]) -> None:
+    """Wait until the balancer's topology holds ``replicas``, each healthy."""
+    names = {r.name for r in replicas}
+
+    def seen() -> bool:
+        healthy = {r["name"] for r in state(url)["replicas"] if r["healthy"]}
+        return names <= healthy
+
+    wait_for(seen, f"the balancer routes to {sorted(names)}")
+
+
 def scale_to(n: int) -> None:
     ServiceConfig.objects.filter(model_name=MODEL).update(min_replicas=n, max_replicas=n)
 
@@ -155,7 +166,7 @@ def test_scale_down_drains_a_replica_with_streams_in_flight_and_loses_none(
     url, key = fleet(processes, django_subprocess_env, 2, "drain-lb")
     beat_until(cloud, lambda: len(ready()) == 2, "two replicas ready")
     replicas = ready()
-    # The balancer routes to both (it reloads its topology every 0.5 s).
+    balancer_routes_to(url, replicas)
     first = [Stream(url, key, f"stream {i}: tell me a story", 300) for i in range(8)]
     for stream in first:
         stream.start()
@@ -203,6 +214,7 @@ def test_past_the_drain_deadline_the_replica_is_terminated_and_the_cut_is_record
     url, key = fleet(processes, django_subprocess_env, 1, "drain-deadline-lb")
     beat_until(cloud, lambda: len(ready()) == 1, "one replica ready")
     (replica,) = ready()
+    balancer_routes_to(url, [replica])
     endless = Stream(url, key, "a very long story", 5000)  # minutes at wall speed
     endless.start()
     wait_for(lambda: (in_flight(replica.url) or 0) > 0, "the stream is running")
