@@ -69,11 +69,11 @@ def scale_service(
         qps=service_qps(service, now),
         now=now.timestamp(),
         preemptions=preemptions,
-        launcher=ProviderLauncher(provider, service, now, drains),
+        launcher=(launcher := ProviderLauncher(provider, service, now, drains)),
     )
     save_step(service, step, drains)
     if step.changed:
-        record_decision(step)
+        record_decision(step, draining=launcher.drained)
     return step.decision
 
 
@@ -198,6 +198,7 @@ class ProviderLauncher:
     ) -> None:
         self.provider, self.service, self.now = provider, service, now
         self.drains: draining.Drains = {} if drains is None else drains
+        self.drained: list[str] = []  # handles this step drained instead of terminating
 
     def launch(self, kind: str, zone: str) -> str | None:
         name = replica_name(self.service.model_name, kind, zone)
@@ -216,6 +217,7 @@ class ProviderLauncher:
         )
         if replica is not None and replica.state == Replica.State.READY:
             draining.start(replica, self.drains, reason=SCALE_DOWN, now=self.now)
+            self.drained.append(handle)
             return
         self.provider.terminate(handle, self.now.timestamp())
         Replica.objects.filter(provider=self.provider.name, provider_handle=handle).update(
@@ -253,12 +255,15 @@ def save_step(
     service.save(update_fields=["scaling_state", "target_replicas", "updated_at"])
 
 
-def record_decision(step: ServiceStep) -> None:
+def record_decision(step: ServiceStep, draining: list[str] | None = None) -> None:
+    """``draining``: the handles of ``terminated`` that were ready, so drained first."""
     d, target = step.decision, step.target
+    drained = draining or []
     Event.record(
         "scaling.decision",
         f"{d.service}: N_tar={d.n_target}, mix {target.spot} spot + {target.on_demand}"
-        f" on-demand; launched {len(d.launched)}, terminated {len(d.terminated)}",
+        f" on-demand; launched {len(d.launched)}, terminated {len(d.terminated)}"
+        f" ({len(drained)} draining first)",
         subject=d.service,
         qps=round(d.qps, 4),
         n_target=d.n_target,
@@ -269,6 +274,7 @@ def record_decision(step: ServiceStep) -> None:
         launched=d.launched,
         terminated=d.terminated,
         refused=d.refused,
+        draining=drained,
         placement=step.placement,
     )
 

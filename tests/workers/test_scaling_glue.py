@@ -110,6 +110,10 @@ def test_preemption_notice_marks_the_row_and_moves_the_zone(provider: MemoryProv
     on_demand = Replica.objects.filter(kind="on-demand")
     assert {r.state for r in on_demand} == {Replica.State.DRAINING}
     assert all(r.terminated_at is None for r in on_demand)
+    decision = Event.objects.filter(kind="scaling.decision").order_by("-id").first()
+    assert decision is not None
+    assert sorted(decision.data["draining"]) == sorted(r.provider_handle for r in on_demand)
+    assert "(2 draining first)" in decision.message
     victim = Replica.objects.filter(kind=SPOT, zone__name="us-1a").first()
     assert victim is not None
     provider.pending.append(
