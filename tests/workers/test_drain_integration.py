@@ -11,6 +11,7 @@ replica is terminated anyway and the Event says how many requests were cut.
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -27,6 +28,7 @@ from workers.draining import in_flight
 from workers.probes import probe_replicas
 from workers.providers.emulated import ColdStartModel, EmulatedCloudProvider, SpotMarket
 from workers.scaling.fleet import ON_DEMAND, SPOT, ZoneOffer
+from workers.scaling.traces import load_traces
 from workers.scaling_glue import scale_services
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
@@ -229,3 +231,67 @@ def test_past_the_drain_deadline_the_replica_is_terminated_and_the_cut_is_record
     cut = Event.objects.get(kind="replica.drain_deadline", subject=replica.name)
     assert cut.severity == "warning" and cut.data["cut"] == 1 and cut.data["drain_s"] >= 2.0
     assert not endless.done  # the stream was cut: it never saw its [DONE]
+
+
+def test_preemption_warning_drains_the_replica_so_its_streams_finish_before_the_loss(
+    cloud: EmulatedCloudProvider,
+    processes: ProcessGroup,
+    django_subprocess_env: dict[str, str],
+    drain_settings: Any,
+    tmp_path: Path,
+) -> None:
+    url, key = fleet(processes, django_subprocess_env, 2, "drain-warn-lb")
+    ServiceConfig.objects.update(scaling_policy="spothedge", spot_extra=0)
+
+    def settled() -> bool:  # two spot replicas ready, the start-up fallback gone
+        fallback = Replica.objects.filter(kind=ON_DEMAND, terminated_at__isnull=True)
+        return [r.kind for r in ready()] == [SPOT, SPOT] and not fallback.exists()
+
+    beat_until(cloud, settled, "two spot replicas ready")
+    replicas = ready()
+    balancer_routes_to(url, replicas)
+    streams = [Stream(url, key, f"warned {i}: tell me a story", 300) for i in range(6)]
+    for stream in streams:
+        stream.start()
+        time.sleep(0.1)
+    wait_for(lambda: all((in_flight(r.url) or 0) > 0 for r in replicas), "streams on both replicas")
+    # The victim's zone loses its spot capacity 20 s from now; the cloud warns 15 s ahead.
+    victim = replicas[0]
+    trace = {
+        "metadata": {"gap_seconds": 1},
+        "data": [1] * 20 + [0] * 600,
+    }
+    folder = tmp_path / "trace"
+    folder.mkdir()
+    (folder / f"{victim.zone.name}_v100_1.json").write_text(json.dumps(trace))
+    cloud.warning_s = 15.0
+    cloud.market = SpotMarket(load_traces(folder)[0], origin=time.time())
+
+    def warned() -> bool:
+        return Replica.objects.get(pk=victim.pk).state == Replica.State.DRAINING
+
+    beat_until(cloud, warned, "the warned replica draining")
+    held = in_flight(victim.url)
+    assert held is not None and held > 0, "the warned replica holds streams"
+    beat_until(
+        cloud,
+        lambda: (
+            Replica.objects.get(pk=victim.pk).state
+            in (Replica.State.TERMINATED, Replica.State.PREEMPTED)
+        ),
+        "the warned replica gone",
+    )
+    for stream in streams:
+        stream.join(timeout=60)
+
+    assert [s.body["prompt"] for s in streams if not s.done] == []
+    gone = Replica.objects.get(pk=victim.pk)
+    # Drained and terminated before the cloud reclaimed it: nothing was cut.
+    assert gone.state == Replica.State.TERMINATED
+    assert Event.objects.filter(kind="replica.preemption_warning", subject=victim.name).exists()
+    drained = Event.objects.get(kind="replica.drained", subject=victim.name)
+    assert drained.data["reason"] == "preemption-warning"
+    # Its replacement was launched with the warning, not after the loss.
+    replacement = Replica.objects.filter(model_name=MODEL).exclude(pk__in=[r.pk for r in replicas])
+    assert replacement.exists()
+    assert min(r.launched_at for r in replacement) < gone.terminated_at
