@@ -62,6 +62,7 @@ def scale_service(
 ) -> ScaleDecision:
     drains = draining.load_drains(service)
     draining.advance(drains, provider, now, draining.drain_config())
+    launcher = ProviderLauncher(provider, service, now, drains)
     step = step_service(
         service_view(service),
         launched_fleet(service, provider),
@@ -69,11 +70,11 @@ def scale_service(
         qps=service_qps(service, now),
         now=now.timestamp(),
         preemptions=preemptions,
-        launcher=(launcher := ProviderLauncher(provider, service, now, drains)),
+        launcher=launcher,
     )
     save_step(service, step, drains)
     if step.changed:
-        record_decision(step, draining=launcher.drained)
+        record_decision(step, drained_first=launcher.drained)
     return step.decision
 
 
@@ -255,10 +256,10 @@ def save_step(
     service.save(update_fields=["scaling_state", "target_replicas", "updated_at"])
 
 
-def record_decision(step: ServiceStep, draining: list[str] | None = None) -> None:
-    """``draining``: the handles of ``terminated`` that were ready, so drained first."""
+def record_decision(step: ServiceStep, drained_first: list[str] | None = None) -> None:
+    """``drained_first``: the handles of ``terminated`` that were ready, so are drained."""
     d, target = step.decision, step.target
-    drained = draining or []
+    drained = drained_first or []
     Event.record(
         "scaling.decision",
         f"{d.service}: N_tar={d.n_target}, mix {target.spot} spot + {target.on_demand}"
