@@ -5,7 +5,7 @@ spot preemption is *drained*: its row goes ``draining`` at once, so no balancer 
 a new request to it after its next topology refresh, and it keeps serving what it
 already holds.  Each scaling beat then asks :func:`judge` about it, with the number of
 requests the replica itself reports in flight (running + waiting on its ``/metrics``;
-``None`` when it did not answer):
+``None`` when that is unknown):
 
 1. **settling** (``elapsed < settle_s``): a balancer may still push to it until its
    topology refresh, so a zero count proves nothing yet: wait;
@@ -17,8 +17,9 @@ requests the replica itself reports in flight (running + waiting on its ``/metri
    warning's lead time bounds it from the other side: the cloud will not wait;
 4. otherwise: wait.
 
-A replica that does not answer its metrics probe counts as busy: silence is not
-evidence that nothing runs, so only the deadline ends such a drain.
+An unknown count (a metrics probe that timed out or failed) counts as busy: silence is
+not evidence that nothing runs, so only the deadline ends such a drain.  (The glue reads
+a refused connection as 0: no process listens, so nothing runs there.)
 
 Pure: plain data in, a verdict out; ``now`` is an argument.  The live glue
 (``workers.draining``) keeps each drain in the service's ``scaling_state``.
