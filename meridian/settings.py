@@ -345,6 +345,11 @@ STATICFILES_FINDERS = [
 # -- scaling and cost (workers.scaling, workers.providers, workers.cost) ---------------
 # How often beat runs scale_services (autoscaler + placement against the provider).
 MERIDIAN_SCALING_PERIOD_S = env_float("MERIDIAN_SCALING_PERIOD_S", 10.0, minimum=0.5)
+# Drain before scale-down (workers.draining): a replica leaving the fleet takes no new
+# request, is terminated once it holds none (after at least one topology refresh), and
+# at the latest after MERIDIAN_DRAIN_DEADLINE_S, cutting what still runs.
+MERIDIAN_DRAIN_SETTLE_S = env_float("MERIDIAN_DRAIN_SETTLE_S", 5.0, minimum=0.0)
+MERIDIAN_DRAIN_DEADLINE_S = env_float("MERIDIAN_DRAIN_DEADLINE_S", 600.0, minimum=1.0)
 # "emulated": launch sim.serve replicas after a cold start; "static": operator-registered
 # replicas only (Meridian never launches or terminates).
 MERIDIAN_CLOUD_PROVIDER = env_str("MERIDIAN_CLOUD_PROVIDER", "emulated")
@@ -356,6 +361,10 @@ MERIDIAN_CLOUD_SPOT_TRACE = env_str("MERIDIAN_CLOUD_SPOT_TRACE", "")
 MERIDIAN_CLOUD_TRACE_TIME_SCALE = env_float("MERIDIAN_CLOUD_TRACE_TIME_SCALE", 1.0, minimum=0.001)
 MERIDIAN_CLOUD_SPOT_PREEMPTIONS_PER_HOUR = env_float(
     "MERIDIAN_CLOUD_SPOT_PREEMPTIONS_PER_HOUR", 0.0, minimum=0.0
+)
+# Seconds of notice the emulated cloud gives before a spot preemption (AWS gives 120).
+MERIDIAN_CLOUD_PREEMPTION_WARNING_S = env_float(
+    "MERIDIAN_CLOUD_PREEMPTION_WARNING_S", 0.0, minimum=0.0
 )
 # Hourly prices (defaults: AWS p3.2xlarge, spot at its 2020 us-east-1 mean); a folder of
 # AWS spot price history JSON overrides the spot price per zone.

@@ -23,7 +23,8 @@ from django.utils import timezone
 from django.utils.text import slugify
 
 from fleet.models import Event, MetricRollup, Replica, ServiceConfig, Zone
-from workers.providers.base import CloudProvider, Instance, LaunchSpec, Notice
+from workers import draining
+from workers.providers.base import PREEMPTION_WARNING, CloudProvider, Instance, LaunchSpec, Notice
 from workers.scaling.autoscaler import AutoscalerConfig
 from workers.scaling.controller import (
     Preemption,
@@ -32,6 +33,7 @@ from workers.scaling.controller import (
     ServiceView,
     step_service,
 )
+from workers.scaling.drain import SCALE_DOWN
 from workers.scaling.fleet import Fleet, FleetReplica
 
 # Launched and billed.  A failed replica stays in the fleet (not ready) so the policy
@@ -58,6 +60,9 @@ def scale_services(provider: CloudProvider, now: datetime | None = None) -> list
 def scale_service(
     service: ServiceConfig, provider: CloudProvider, now: datetime, preemptions: list[Preemption]
 ) -> ScaleDecision:
+    drains = draining.load_drains(service)
+    draining.advance(drains, provider, now, draining.drain_config())
+    launcher = ProviderLauncher(provider, service, now, drains)
     step = step_service(
         service_view(service),
         launched_fleet(service, provider),
@@ -65,11 +70,11 @@ def scale_service(
         qps=service_qps(service, now),
         now=now.timestamp(),
         preemptions=preemptions,
-        launcher=ProviderLauncher(provider, service, now),
+        launcher=launcher,
     )
-    save_step(service, step)
+    save_step(service, step, drains)
     if step.changed:
-        record_decision(step)
+        record_decision(step, drained_first=launcher.drained)
     return step.decision
 
 
@@ -127,7 +132,9 @@ def service_qps(service: ServiceConfig, now: datetime) -> float:
 
 
 def apply_notices(provider: CloudProvider, notices: list[Notice]) -> list[Replica]:
-    """Record what the provider saw; the preempted replicas."""
+    """Record what the provider saw; the replicas the placement policy should count as
+    preempted: those warned of a preemption (drained at once, so the policy replaces
+    them before they go) and those preempted without a warning."""
     preempted = []
     for notice in notices:
         replica = Replica.objects.filter(
@@ -135,11 +142,21 @@ def apply_notices(provider: CloudProvider, notices: list[Notice]) -> list[Replic
         ).first()
         if replica is None:
             continue
+        if notice.event == PREEMPTION_WARNING:
+            preempt_at = None if notice.preempt_at is None else _dt(notice.preempt_at)
+            draining.warn(replica, at=_dt(notice.at), preempt_at=preempt_at)
+            preempted.append(replica)
+            continue
         _apply_notice(replica, notice)
         if replica.state == Replica.State.PREEMPTED:
-            preempted.append(replica)
             _record_preemption(replica)
+            if not _was_warned(replica):  # else the policy heard of it with its warning
+                preempted.append(replica)
     return preempted
+
+
+def _was_warned(replica: Replica) -> bool:
+    return Event.objects.filter(kind="replica.preemption_warning", subject=replica.name).exists()
 
 
 def _apply_notice(replica: Replica, notice: Notice) -> None:
@@ -167,10 +184,22 @@ def _record_preemption(replica: Replica) -> None:
 
 
 class ProviderLauncher:
-    """``Launcher`` over a provider: every launch and termination is a Replica row."""
+    """``Launcher`` over a provider: every launch and termination is a Replica row.
 
-    def __init__(self, provider: CloudProvider, service: ServiceConfig, now: datetime) -> None:
+    A ready replica is drained rather than terminated (``workers.draining``): it leaves
+    routing now and the provider terminates it once nothing runs on it (or at the drain
+    deadline); one that is not ready serves nothing and is terminated at once."""
+
+    def __init__(
+        self,
+        provider: CloudProvider,
+        service: ServiceConfig,
+        now: datetime,
+        drains: draining.Drains | None = None,
+    ) -> None:
         self.provider, self.service, self.now = provider, service, now
+        self.drains: draining.Drains = {} if drains is None else drains
+        self.drained: list[str] = []  # handles this step drained instead of terminating
 
     def launch(self, kind: str, zone: str) -> str | None:
         name = replica_name(self.service.model_name, kind, zone)
@@ -182,6 +211,15 @@ class ProviderLauncher:
         return instance.handle
 
     def terminate(self, handle: str) -> None:
+        replica = (
+            Replica.objects.select_related("zone")
+            .filter(provider=self.provider.name, provider_handle=handle)
+            .first()
+        )
+        if replica is not None and replica.state == Replica.State.READY:
+            draining.start(replica, self.drains, reason=SCALE_DOWN, now=self.now)
+            self.drained.append(handle)
+            return
         self.provider.terminate(handle, self.now.timestamp())
         Replica.objects.filter(provider=self.provider.name, provider_handle=handle).update(
             state=Replica.State.TERMINATED, state_changed_at=self.now, terminated_at=self.now
@@ -210,18 +248,23 @@ def replica_name(model_name: str, kind: str, zone: str) -> str:
     return f"{base}-{secrets.token_hex(3)}"  # unique without counting rows
 
 
-def save_step(service: ServiceConfig, step: ServiceStep) -> None:
-    service.scaling_state = step.scaling_state
+def save_step(
+    service: ServiceConfig, step: ServiceStep, drains: draining.Drains | None = None
+) -> None:
+    service.scaling_state = draining.store_drains(step.scaling_state, drains or {})
     service.target_replicas = step.decision.n_target
     service.save(update_fields=["scaling_state", "target_replicas", "updated_at"])
 
 
-def record_decision(step: ServiceStep) -> None:
+def record_decision(step: ServiceStep, drained_first: list[str] | None = None) -> None:
+    """``drained_first``: the handles of ``terminated`` that were ready, so are drained."""
     d, target = step.decision, step.target
+    drained = drained_first or []
     Event.record(
         "scaling.decision",
         f"{d.service}: N_tar={d.n_target}, mix {target.spot} spot + {target.on_demand}"
-        f" on-demand; launched {len(d.launched)}, terminated {len(d.terminated)}",
+        f" on-demand; launched {len(d.launched)}, terminated {len(d.terminated)}"
+        f" ({len(drained)} draining first)",
         subject=d.service,
         qps=round(d.qps, 4),
         n_target=d.n_target,
@@ -232,6 +275,7 @@ def record_decision(step: ServiceStep) -> None:
         launched=d.launched,
         terminated=d.terminated,
         refused=d.refused,
+        draining=drained,
         placement=step.placement,
     )
 

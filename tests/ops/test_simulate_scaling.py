@@ -57,5 +57,40 @@ def test_run_simulation_uses_per_zone_spot_prices(trace_dir: Path) -> None:
 def test_refuses_unknown_policies_and_missing_traces(tmp_path: Path) -> None:
     with pytest.raises(CommandError, match="unknown policy"):
         call_command("simulate_scaling", "--spot-trace", str(tmp_path), "--policy", "cheapest")
-    with pytest.raises(CommandError, match=r"no \*\.json spot traces"):
+    with pytest.raises(CommandError, match=r"no spot data; expected \*\.json"):
         call_command("simulate_scaling", "--spot-trace", str(tmp_path))
+
+
+def test_availability_logs_are_a_second_source_and_a_folder_is_merged(tmp_path: Path) -> None:
+    folder = tmp_path / "logs"
+    folder.mkdir()
+    for name, zone in (("east-a.out", "us-east-1a"), ("east-b.out", "us-east-1b")):
+        lines = [
+            f"[2020-03-15T10:00:00.000Z] Created instance i-{zone} with 1 GPU(s)"
+            f" of type v100 in zone {zone}",
+            f"[2020-03-15T12:00:00.000Z] Instance i-{zone} running in zone {zone}",
+        ]
+        (folder / name).write_text("\n".join(lines) + "\n")
+    text = run_command(
+        "simulate_scaling",
+        "--spot-trace",
+        str(folder),
+        "--policy",
+        "spothedge,on_demand",
+        "--n-target",
+        "1",
+        "--cold-start-s",
+        "60",
+    )
+    lines = text.splitlines()
+    assert lines[0].startswith("logs: merged 2 availability log(s)")
+    assert "into one multi-zone timeline" in lines[0] and "us-east-1a, us-east-1b" in lines[0]
+    rows = {line.split()[1]: line.split() for line in lines[3:]}
+    assert rows["on_demand"][0] == "logs/v100x1" and rows["on_demand"][2:4] == ["100.0%", "1.000"]
+    assert rows["spothedge"][2] == "100.0%"
+
+
+def test_a_log_in_an_unexpected_format_names_the_expected_one(tmp_path: Path) -> None:
+    (tmp_path / "odd.out").write_text("2020-03-15 10:00 instance up\n")
+    with pytest.raises(CommandError, match=r"odd\.out:1: .* is not a spot availability event log"):
+        call_command("simulate_scaling", "--spot-trace", str(tmp_path / "odd.out"))

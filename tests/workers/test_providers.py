@@ -7,7 +7,7 @@ from decimal import Decimal
 
 import pytest
 
-from workers.providers.base import LaunchSpec, ProviderRefused
+from workers.providers.base import PREEMPTION_WARNING, LaunchSpec, ProviderRefused
 from workers.providers.emulated import ColdStartModel, EmulatedCloudProvider, SpotMarket
 from workers.providers.static import StaticProvider
 from workers.scaling.fleet import ON_DEMAND, SPOT, ZoneOffer
@@ -69,3 +69,31 @@ def test_static_provider_never_launches_or_terminates() -> None:
         static.terminate("x", now=0.0)
     assert static.list() == [] and static.poll(0.0) == []
     assert static.price("z-a", ON_DEMAND) == Decimal("3.0")
+
+
+def test_preemption_warning_comes_warning_s_ahead_and_the_warned_replica_goes_first() -> None:
+    trace = SpotTrace("t", 10.0, {"z-b": [2, 2, 2, 1]}, binary=False)
+    ports = iter(range(20100, 20200))
+    cloud = EmulatedCloudProvider(
+        ZONES,
+        SpotMarket(trace, origin=1000.0),
+        ColdStartModel(provision_s={SPOT: 300.0, ON_DEMAND: 300.0}, model_load_s=0.0),
+        port_allocator=lambda: next(ports),
+        warning_s=12.0,
+    )
+    first = cloud.launch(SPEC, "z-b", SPOT, now=1000.0)
+    second = cloud.launch(SPEC, "z-b", SPOT, now=1001.0)
+    assert first and second
+    assert cloud.poll(1017.0) == []  # the drop at 1030 is more than 12 s away
+    (warning,) = cloud.poll(1018.0)
+    assert (warning.handle, warning.event, warning.zone) == (
+        second.handle,
+        PREEMPTION_WARNING,
+        "z-b",
+    )
+    assert warning.at == 1018.0 and warning.preempt_at == 1030.0
+    assert cloud.poll(1020.0) == []  # warned once
+    (preempted,) = cloud.poll(1030.0)
+    assert (preempted.handle, preempted.event) == (second.handle, "preempted")
+    with pytest.raises(ValueError, match="warning_s must be >= 0"):
+        EmulatedCloudProvider(ZONES, SpotMarket(None, 0.0), ColdStartModel(), warning_s=-1.0)

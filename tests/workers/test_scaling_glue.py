@@ -14,7 +14,13 @@ import pytest
 
 from fleet.models import Event, MetricRollup, Replica, ServiceConfig, Zone
 from tests.support.rows import Rows
-from workers.providers.base import CloudProvider, Instance, LaunchSpec, Notice
+from workers.providers.base import (
+    PREEMPTION_WARNING,
+    CloudProvider,
+    Instance,
+    LaunchSpec,
+    Notice,
+)
 from workers.providers.static import StaticProvider
 from workers.scaling.fleet import SPOT, ZoneOffer
 from workers.scaling_glue import scale_services, service_qps
@@ -99,7 +105,15 @@ def test_preemption_notice_marks_the_row_and_moves_the_zone(provider: MemoryProv
     scale_services(provider, NOW)
     Replica.objects.update(state=Replica.State.READY)
     scale_services(provider, NOW + timedelta(seconds=10))
-    assert Replica.objects.filter(kind="on-demand", terminated_at__isnull=True).count() == 0
+    # Ready fallback replicas are drained, not cut: out of routing now, terminated once
+    # idle (these URLs refuse connections: nothing runs there) after the settle time.
+    on_demand = Replica.objects.filter(kind="on-demand")
+    assert {r.state for r in on_demand} == {Replica.State.DRAINING}
+    assert all(r.terminated_at is None for r in on_demand)
+    decision = Event.objects.filter(kind="scaling.decision").order_by("-id").first()
+    assert decision is not None
+    assert sorted(decision.data["draining"]) == sorted(r.provider_handle for r in on_demand)
+    assert "(2 draining first)" in decision.message
     victim = Replica.objects.filter(kind=SPOT, zone__name="us-1a").first()
     assert victim is not None
     provider.pending.append(
@@ -114,6 +128,45 @@ def test_preemption_notice_marks_the_row_and_moves_the_zone(provider: MemoryProv
     state = ServiceConfig.objects.get().scaling_state
     assert state["placement"]["preempting"] == ["us-1a"]
     assert Replica.objects.filter(kind="on-demand", terminated_at__isnull=True).count() == 1
+    assert Event.objects.filter(kind="replica.drained").count() == 2
+
+
+@pytest.mark.django_db
+def test_preemption_warning_drains_the_replica_at_once_and_replaces_it(
+    provider: MemoryProvider,
+) -> None:
+    service(spot_extra=1)
+    scale_services(provider, NOW)
+    Replica.objects.update(state=Replica.State.READY)
+    scale_services(provider, NOW + timedelta(seconds=10))
+    victim = Replica.objects.get(kind=SPOT, zone__name="us-1a")
+    warned_at = NOW.timestamp() + 20
+    provider.pending.append(
+        Notice(victim.provider_handle, PREEMPTION_WARNING, "us-1a", warned_at, warned_at + 120)
+    )
+    scale_services(provider, NOW + timedelta(seconds=20))
+    victim.refresh_from_db()
+    # Out of routing at once (draining is not a routable state), still billed.
+    assert victim.state == Replica.State.DRAINING and victim.terminated_at is None
+    warning = Event.objects.get(kind="replica.preemption_warning", subject=victim.name)
+    assert warning.data["preempt_at"] == (NOW + timedelta(seconds=140)).isoformat()
+    assert Event.objects.get(kind="replica.draining", subject=victim.name).data["reason"] == (
+        "preemption-warning"
+    )
+    state = ServiceConfig.objects.get().scaling_state
+    assert state["placement"]["preempting"] == ["us-1a"]  # the policy heard it with the warning
+    assert victim.provider_handle in state["draining"]
+    # The replacement is launched before the preemption lands: the fallback on-demand.
+    assert Replica.objects.filter(kind="on-demand", terminated_at__isnull=True).count() == 1
+
+    provider.pending.append(
+        Notice(victim.provider_handle, "preempted", "us-1a", NOW.timestamp() + 30)
+    )
+    scale_services(provider, NOW + timedelta(seconds=30))
+    victim.refresh_from_db()
+    assert victim.state == Replica.State.PREEMPTED
+    assert Event.objects.filter(kind="replica.preempted", subject=victim.name).exists()
+    assert ServiceConfig.objects.get().scaling_state["draining"] == {}
 
 
 @pytest.mark.django_db

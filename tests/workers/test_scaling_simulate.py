@@ -6,11 +6,13 @@ import json
 from pathlib import Path
 
 import pytest
+from django.core.management import CommandError, call_command
 
 from workers.scaling.fleet import ZoneOffer
 from workers.scaling.prices import load_aws_spot_prices
-from workers.scaling.simulate import SimConfig, simulate
-from workers.scaling.traces import UNBOUNDED, PoissonSpotModel, load_traces
+from workers.scaling.registry import build_policy
+from workers.scaling.simulate import SimConfig, VirtualCloud, _step, simulate
+from workers.scaling.traces import UNBOUNDED, PoissonSpotModel, SpotTrace, load_traces
 
 
 def write_trace(folder: Path, zone: str, values: list[int], gap: int = 60) -> Path:
@@ -95,3 +97,26 @@ def test_spot_prices_are_per_zone_means(tmp_path: Path) -> None:
     (tmp_path / "p3.json").write_text(json.dumps({"SpotPriceHistory": rows}))
     (tmp_path / "empty.json").write_text("")
     assert load_aws_spot_prices(tmp_path, "p3.2xlarge") == {"us-east-1a": 1.5}
+
+
+def test_a_preemption_warning_drains_at_once_and_launches_the_replacement_early() -> None:
+    # Zone a loses its spot capacity at 600 s; the cloud warns 120 s ahead.
+    trace = SpotTrace("t", 60.0, {"z-a": [1] * 10 + [0] * 20, "z-b": [1] * 30}, binary=True)
+    zones = [ZoneOffer(z, "r", spot_price=0.9, on_demand_price=3.0) for z in ("z-a", "z-b")]
+    policy = build_policy("spothedge", zones, n_extra=0)
+    cloud = VirtualCloud(trace, {z.name: z for z in zones}, cold_start_s=60.0)
+    launched: dict[float, list[str]] = {}
+    for step in range(0, 12):
+        cloud.now = step * 60.0
+        before = set(cloud.instances)
+        _step(cloud, policy, 1, warning_s=120.0)
+        launched[cloud.now] = sorted(cloud.instances[h].zone for h in set(cloud.instances) - before)
+    in_a = [i for i in cloud.instances.values() if i.kind == "spot" and i.zone == "z-a"]
+    assert [(i.warned_until, i.ended_at) for i in in_a] == [(600.0, 600.0)]
+    # Warned at 480 s: out of the fleet at once, and its replacement launched then (in
+    # the other zone), not after the loss; the loss itself is one preemption.
+    assert "z-b" in launched[480.0]
+    assert all(r.zone != "z-a" for r in cloud.fleet().replicas if r.kind == "spot")
+    assert cloud.preemptions == 1
+    with pytest.raises(CommandError, match="preemption-warning-s must be >= 0"):
+        call_command("simulate_scaling", "--spot-trace", "x", "--preemption-warning-s", "-1")

@@ -39,14 +39,20 @@ class Instance:
     ended_at: float | None = None
 
 
+PREEMPTION_WARNING = "preemption-warning"
+
+
 @dataclass(frozen=True)
 class Notice:
-    """A state change the provider observed: ``running``, ``preempted`` or ``terminated``."""
+    """A state change the provider observed: ``running``, ``preempted`` or ``terminated``;
+    or ``preemption-warning``: the cloud announced that it will reclaim this spot
+    instance (at ``preempt_at`` when it said), and the replica is drained at once."""
 
     handle: str
     event: str
     zone: str
     at: float
+    preempt_at: float | None = None
 
 
 class CloudProvider(ABC):
@@ -75,7 +81,10 @@ class CloudProvider(ABC):
 
     @abstractmethod
     def poll(self, now: float) -> builtins.list[Notice]:
-        """Advance to ``now``: finish cold starts, apply preemptions; what changed."""
+        """Advance to ``now``: finish cold starts, apply preemptions; what changed.
+
+        A provider that hears of preemptions ahead of time reports each once as a
+        ``preemption-warning`` notice before its ``preempted`` one."""
 
     def close(self) -> None:
         """Release what this process holds (child processes, connections)."""

@@ -7,7 +7,10 @@ measured 183 s for Llama-2-7B on AWS).  Spot capacity per zone comes from a
 from the provider's start at ``time_scale`` trace seconds per second: a spot launch is
 refused while the zone's launched spot replicas already fill its capacity, and when
 capacity drops the newest spot replicas there are preempted — their process killed
-with SIGKILL, as a reclaimed VM vanishes.  On-demand capacity never runs out.
+with SIGKILL, as a reclaimed VM vanishes.  With ``warning_s`` > 0 the cloud announces
+each preemption that far ahead (AWS gives two minutes): the spot replicas a capacity drop
+``warning_s`` from now will reclaim get one ``preemption-warning`` notice, and are the
+first reclaimed when the drop lands.  On-demand capacity never runs out.
 
 Processes are children of the process that owns the provider (the Celery worker); the
 instances live in memory and the ``Replica`` rows are the durable record.
@@ -26,7 +29,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from workers.providers.base import CloudProvider, Instance, LaunchSpec, Notice
+from workers.providers.base import PREEMPTION_WARNING, CloudProvider, Instance, LaunchSpec, Notice
 from workers.scaling.fleet import SPOT, ZoneOffer
 from workers.scaling.traces import SpotTrace
 
@@ -77,6 +80,7 @@ class _Slot:
     port: int
     start_at: float
     process: subprocess.Popen[bytes] | None = None
+    warned: bool = False
 
 
 class EmulatedCloudProvider(CloudProvider):
@@ -91,7 +95,11 @@ class EmulatedCloudProvider(CloudProvider):
         serve_args: Sequence[str] = (),
         log_dir: Path | None = None,
         port_allocator: Callable[[], int] = free_local_port,
+        warning_s: float = 0.0,
     ) -> None:
+        if warning_s < 0:
+            raise ValueError(f"preemption warning_s must be >= 0, not {warning_s}")
+        self.warning_s = warning_s
         self._zones = list(zones)
         self.market = market
         self.cold_start = cold_start
@@ -130,7 +138,7 @@ class EmulatedCloudProvider(CloudProvider):
         return [s.instance for s in self.slots.values()]
 
     def poll(self, now: float) -> builtins.list[Notice]:
-        notices = self._preempt(now)
+        notices = self._preempt(now) + self._warn(now)
         for slot in self._live():
             if slot.process is None and slot.start_at <= now:
                 slot.process = self._spawn(slot)
@@ -138,13 +146,31 @@ class EmulatedCloudProvider(CloudProvider):
                 notices.append(Notice(slot.instance.handle, "running", slot.instance.zone, now))
         return notices
 
+    def _doomed(self, zone: str, at: float) -> builtins.list[_Slot]:
+        """The spot replicas in ``zone`` that the capacity at ``at`` leaves no room for:
+        warned ones first, then the newest."""
+        capacity = self.market.capacity(zone, at)
+        spot = sorted(self._spot_in(zone), key=lambda s: (s.warned, s.instance.launched_at))
+        excess = len(spot) - capacity if capacity is not None else 0
+        return spot[len(spot) - excess :] if excess > 0 else []
+
+    def _warn(self, now: float) -> builtins.list[Notice]:
+        if self.warning_s <= 0:
+            return []
+        notices = []
+        at = now + self.warning_s
+        for zone in sorted({s.instance.zone for s in self._live() if s.instance.kind == SPOT}):
+            for slot in self._doomed(zone, at):
+                if not slot.warned:
+                    slot.warned = True
+                    handle = slot.instance.handle
+                    notices.append(Notice(handle, PREEMPTION_WARNING, zone, now, preempt_at=at))
+        return notices
+
     def _preempt(self, now: float) -> builtins.list[Notice]:
         notices = []
         for zone in sorted({s.instance.zone for s in self._live() if s.instance.kind == SPOT}):
-            capacity = self.market.capacity(zone, now)
-            spot = sorted(self._spot_in(zone), key=lambda s: s.instance.launched_at)
-            excess = len(spot) - capacity if capacity is not None else 0
-            for slot in spot[len(spot) - excess :] if excess > 0 else []:
+            for slot in self._doomed(zone, now):
                 self._stop(slot, signal.SIGKILL)
                 slot.instance = replace(slot.instance, state="preempted", ended_at=now)
                 notices.append(Notice(slot.instance.handle, "preempted", zone, now))

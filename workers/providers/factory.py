@@ -12,7 +12,8 @@ from workers.providers.emulated import ColdStartModel, EmulatedCloudProvider, Sp
 from workers.providers.static import StaticProvider
 from workers.scaling.fleet import ZoneOffer
 from workers.scaling.prices import load_aws_spot_prices
-from workers.scaling.traces import PoissonSpotModel, SpotTrace, load_traces
+from workers.scaling.spot_sources import load_spot_traces
+from workers.scaling.traces import PoissonSpotModel, SpotTrace
 
 
 def zone_offers() -> list[ZoneOffer]:
@@ -37,7 +38,7 @@ def zone_offers() -> list[ZoneOffer]:
 def _trace(zones: list[ZoneOffer]) -> SpotTrace | None:
     s = settings
     if s.MERIDIAN_CLOUD_SPOT_TRACE:
-        return load_traces(s.MERIDIAN_CLOUD_SPOT_TRACE)[0]
+        return load_spot_traces(s.MERIDIAN_CLOUD_SPOT_TRACE)[0][0]
     if s.MERIDIAN_CLOUD_SPOT_PREEMPTIONS_PER_HOUR > 0:
         rate = s.MERIDIAN_CLOUD_SPOT_PREEMPTIONS_PER_HOUR
         model = PoissonSpotModel({z.name: rate for z in zones})
@@ -63,5 +64,10 @@ def build_provider() -> CloudProvider:
     # Emulated replicas hash blocks as a vLLM with PYTHONHASHSEED unset does.
     serve_args = ["--time-scale", str(s.MERIDIAN_CLOUD_SIM_TIME_SCALE)]
     return EmulatedCloudProvider(
-        zones, market, cold, serve_args=serve_args, log_dir=s.VAR_DIR / "cloud"
+        zones,
+        market,
+        cold,
+        serve_args=serve_args,
+        log_dir=s.VAR_DIR / "cloud",
+        warning_s=s.MERIDIAN_CLOUD_PREEMPTION_WARNING_S,
     )

@@ -45,6 +45,10 @@ class SimConfig:
     static_on_demand: int = 1
     cold_start_s: float = 183.0  # SkyServe §2.3: provision + load Llama-2-7B on AWS
     step_s: float = 60.0  # capped at the trace's own gap so no sample is skipped
+    # Preemption notice ahead of each capacity drop (0: none; AWS gives 120 s).  A warned
+    # replica is drained: out of the fleet at once, its zone reported preempted, billed
+    # until the drop lands (the conservative bill: live, an idle one ends sooner).
+    warning_s: float = 0.0
 
 
 @dataclass
@@ -55,6 +59,11 @@ class _Instance:
     launched_at: float
     ended_at: float | None = None
     announced_ready: bool = False
+    warned_until: float | None = None  # warned of a preemption due then
+
+    @property
+    def warned(self) -> bool:
+        return self.warned_until is not None
 
 
 @dataclass
@@ -98,19 +107,38 @@ class VirtualCloud:
     def terminate(self, handle: str) -> None:
         self.instances[handle].ended_at = self.now
 
+    def _doomed(self, zone: str, t: float) -> list[_Instance]:
+        """Spot replicas in ``zone`` over its capacity at ``t``: warned first, then newest."""
+        spot = sorted(
+            (i for i in self.live() if i.kind == SPOT and i.zone == zone),
+            key=lambda i: (i.warned, i.launched_at),
+        )
+        excess = len(spot) - self.trace.capacity(zone, t)
+        return spot[len(spot) - excess :] if excess > 0 else []
+
     def preempt(self) -> list[str]:
-        """End spot replicas over their zone's capacity, newest first; their zones."""
+        """End spot replicas over their zone's capacity; the zones of those not warned
+        (a warned one's zone was reported with its warning)."""
         zones: list[str] = []
-        for zone in {i.zone for i in self.live() if i.kind == SPOT}:
-            spot = sorted(
-                (i for i in self.live() if i.kind == SPOT and i.zone == zone),
-                key=lambda i: i.launched_at,
-            )
-            excess = len(spot) - self.trace.capacity(zone, self.now)
-            for victim in spot[len(spot) - excess :] if excess > 0 else []:
+        for zone in sorted({i.zone for i in self.live() if i.kind == SPOT}):
+            for victim in self._doomed(zone, self.now):
                 victim.ended_at = self.now
-                zones.append(zone)
-        self.preemptions += len(zones)
+                self.preemptions += 1
+                if not victim.warned:
+                    zones.append(zone)
+        for spared in self.live():  # warned, and the drop never came: drained by now
+            if spared.warned_until is not None and spared.warned_until <= self.now:
+                spared.ended_at = self.now
+        return zones
+
+    def warn(self, lead_s: float) -> list[str]:
+        """Warn the spot replicas a drop ``lead_s`` ahead will reclaim; their zones."""
+        zones: list[str] = []
+        for zone in sorted({i.zone for i in self.live() if i.kind == SPOT}):
+            for victim in self._doomed(zone, self.now + lead_s):
+                if not victim.warned:
+                    victim.warned_until = self.now + lead_s
+                    zones.append(zone)
         return zones
 
     def newly_ready(self) -> list[_Instance]:
@@ -127,6 +155,7 @@ class VirtualCloud:
             tuple(
                 FleetReplica(i.handle, i.kind, i.zone, self._ready(i), i.launched_at)
                 for i in self.live()
+                if not i.warned  # draining: out of the fleet, still billed
             )
         )
 
@@ -161,7 +190,7 @@ def simulate(
     t = 0.0
     while t < end:
         cloud.now = t
-        _step(cloud, policy, config.n_target)
+        _step(cloud, policy, config.n_target, config.warning_s)
         dt = min(config.step_s, trace.gap_s, end - t)
         if t >= config.cold_start_s:
             measured += dt
@@ -188,8 +217,12 @@ def simulate(
     )
 
 
-def _step(cloud: VirtualCloud, policy: PlacementPolicy, n_target: int) -> None:
+def _step(
+    cloud: VirtualCloud, policy: PlacementPolicy, n_target: int, warning_s: float = 0.0
+) -> None:
     for zone in cloud.preempt():
+        policy.spot_preempted(zone)
+    for zone in cloud.warn(warning_s) if warning_s > 0 else []:
         policy.spot_preempted(zone)
     for instance in cloud.newly_ready():
         if instance.kind == SPOT:

@@ -52,12 +52,15 @@ def _zone_and_instance(path: Path) -> tuple[str, str]:
     return zone, instance or "spot"
 
 
+EXPECTED = '{"metadata": {"gap_seconds": G}, "data": [capacity, ...]} (SkyPilot spot trace)'
+
+
 def _series(path: Path) -> tuple[float, list[int]]:
-    doc = json.loads(path.read_text())
     try:
+        doc = json.loads(path.read_text())
         return float(doc["metadata"]["gap_seconds"]), [int(v) for v in doc["data"]]
     except (KeyError, TypeError, ValueError) as exc:
-        raise ValueError(f"{path}: not a spot trace ({exc})") from exc
+        raise ValueError(f"{path}: not a spot trace; expected {EXPECTED} ({exc})") from exc
 
 
 def _build(name: str, files: Sequence[Path]) -> SpotTrace:

@@ -2,10 +2,14 @@
 
     manage.py simulate_scaling --spot-trace PATH[,PATH...] \\
         --policy spothedge,even_spread,round_robin,on_demand [--n-target 4] [--n-extra 1] \\
-        [--cold-start-s 183] [--prices AWS_COST_DIR --instance-type p3.2xlarge]
+        [--cold-start-s 183] [--preemption-warning-s 0] \\
+        [--prices AWS_COST_DIR --instance-type p3.2xlarge]
 
-Each PATH is a trace file (one zone) or a folder (one trace per instance type, its
-zones the files sharing it).  Prints availability (share of time with at least N_tar
+Each PATH is a SkyPilot trace file (one zone) or a folder of them (one trace per
+instance type, its zones the files sharing it), or a 2020 availability event log
+(``*.out``) or a folder of them: a folder's logs are merged into one multi-zone
+timeline, one trace per instance type (``workers.scaling.spot_sources``), and the
+command says so before its table.  Prints availability (share of time with at least N_tar
 ready replicas) and cost relative to N_tar on-demand replicas, per trace and policy.
 """
 
@@ -21,7 +25,8 @@ from workers.scaling.fleet import ZoneOffer
 from workers.scaling.prices import ON_DEMAND_LIST_PRICE, load_aws_spot_prices
 from workers.scaling.registry import POLICIES
 from workers.scaling.simulate import SimConfig, SimResult, simulate
-from workers.scaling.traces import SpotTrace, load_traces
+from workers.scaling.spot_sources import load_spot_traces
+from workers.scaling.traces import SpotTrace
 
 
 @dataclass(frozen=True)
@@ -40,11 +45,19 @@ class Pricing:
 
 
 def run_simulation(
-    paths: list[str], policies: list[str], config: SimConfig, pricing: Pricing
+    paths: list[str],
+    policies: list[str],
+    config: SimConfig,
+    pricing: Pricing,
+    notes: list[str] | None = None,
 ) -> list[SimResult]:
+    """Every policy on every trace; what was merged to build them goes to ``notes``."""
     results = []
     for path in paths:
-        for trace in load_traces(path):
+        traces, note = load_spot_traces(path)
+        if note is not None and notes is not None:
+            notes.append(note)
+        for trace in traces:
             offers = pricing.offers(trace)
             results += [simulate(trace, policy, offers, config) for policy in policies]
     return results
@@ -75,6 +88,12 @@ class Command(BaseCommand):
         parser.add_argument("--static-on-demand", type=int, default=1)
         parser.add_argument("--cold-start-s", type=float, default=183.0)
         parser.add_argument("--step-s", type=float, default=60.0)
+        parser.add_argument(
+            "--preemption-warning-s",
+            type=float,
+            default=0.0,
+            help="notice before each spot preemption; the warned replica is drained at once",
+        )
         parser.add_argument("--on-demand-price", type=float, default=None)
         parser.add_argument("--spot-ratio", type=float, default=0.3)
         parser.add_argument("--prices", default="", help="AWS spot price history folder")
@@ -92,11 +111,17 @@ class Command(BaseCommand):
             static_on_demand=options["static_on_demand"],
             cold_start_s=options["cold_start_s"],
             step_s=options["step_s"],
+            warning_s=options["preemption_warning_s"],
         )
+        if config.warning_s < 0:
+            raise CommandError("--preemption-warning-s must be >= 0")
+        notes: list[str] = []
         try:
-            results = run_simulation(paths, policies, config, self._pricing(options))
+            results = run_simulation(paths, policies, config, self._pricing(options), notes)
         except (OSError, ValueError) as exc:
             raise CommandError(str(exc)) from exc
+        for note in notes:
+            self.stdout.write(note)
         self.stdout.write(format_table(results))
 
     def _pricing(self, options: dict[str, Any]) -> Pricing:
