@@ -41,12 +41,17 @@ class Instance:
 
 @dataclass(frozen=True)
 class Notice:
-    """A state change the provider observed: ``running``, ``preempted`` or ``terminated``."""
+    """A state change the provider observed: ``running``, ``preempted`` or ``terminated``.
+
+    ``url``: where a replica that is now running answers, for providers that learn it
+    only then (a cloud's address); empty when the launch already said.
+    """
 
     handle: str
     event: str
     zone: str
     at: float
+    url: str = ""
 
 
 class CloudProvider(ABC):

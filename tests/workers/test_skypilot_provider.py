@@ -1,0 +1,244 @@
+"""SkyPilotProvider against the installed SkyPilot SDK, its API server faked in memory.
+
+The provider runs its real bridge protocol to a child process of SkyPilot's own
+environment (``ops/install_skypilot.sh``); there ``tests/workers/sky_fake_api.py``
+replaces SkyPilot's API server only: the SDK functions keep their real signatures
+(``create_autospec``), the task is a real ``sky.Task``, and the answers are SkyPilot's
+own objects and exceptions.  The engine behind a cluster's endpoint is a real replica
+process on loopback, so readiness is the real ``GET /health``.  No network, no cloud.
+
+Where SkyPilot's environment is not installed these tests skip with a note, except
+under CI, where that fails the run.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.polling import eventually
+from tests.support.processes import REPO_ROOT, ProcessGroup, free_port
+from workers.providers.base import LaunchSpec
+from workers.providers.skypilot import (
+    SkyBridge,
+    SkyPilotError,
+    SkyPilotProvider,
+    bridge_argv,
+    engine_ready,
+)
+from workers.providers.skypilot_plan import SkyPilotConfig, parse_zones, task_config
+from workers.scaling.fleet import ON_DEMAND, SPOT, ZoneOffer
+
+INSTALLER = REPO_ROOT / "ops" / "install_skypilot.sh"
+FAKE_API = Path(__file__).with_name("sky_fake_api.py")
+CONFIG = SkyPilotConfig(
+    parse_zones("aws/us-east-1/us-east-1a,gcp/us-central1/us-central1-a"), port=8000
+)
+PINNED_SPOT = {
+    "cloud": "AWS",
+    "region": "us-east-1",
+    "zone": "us-east-1a",
+    "use_spot": True,
+    "accelerators": {"L4": 1},
+    "ports": ["8000"],
+}
+OFFERS = [
+    ZoneOffer("us-east-1a", "us-east-1", 0.35, 0.98),
+    ZoneOffer("us-central1-a", "us-central1", 0.28, 0.85),
+]
+
+
+def sky_python() -> str:
+    found = subprocess.run([str(INSTALLER), "--where"], capture_output=True, text=True)
+    python = found.stdout.strip()
+    if found.returncode != 0 or not python:
+        note = f"SkyPilot's environment is not installed ({INSTALLER.name} installs it)"
+        if os.environ.get("CI"):
+            pytest.fail(note)
+        pytest.skip(note)
+    return python
+
+
+@pytest.fixture(scope="module")
+def python() -> str:
+    return sky_python()
+
+
+@pytest.fixture(scope="module")
+def real_bridge(python: str) -> Iterator[SkyBridge]:
+    bridge = SkyBridge(bridge_argv(python))
+    yield bridge
+    bridge.close()
+
+
+@pytest.fixture(scope="module")
+def fake_bridge(python: str) -> Iterator[SkyBridge]:
+    """One fake API server for the module (SkyPilot's import takes seconds); each test
+    launches clusters of its own names."""
+    bridge = SkyBridge([python, "-P", str(FAKE_API)])
+    yield bridge
+    bridge.close()
+
+
+NAMES = itertools.count(1)
+
+
+@pytest.fixture
+def name() -> str:
+    return f"r{next(NAMES)}"
+
+
+@pytest.fixture
+def provider(fake_bridge: SkyBridge) -> SkyPilotProvider:
+    return SkyPilotProvider(CONFIG, OFFERS, fake_bridge)
+
+
+@pytest.fixture
+def processes(tmp_path: Path) -> Iterator[ProcessGroup]:
+    group = ProcessGroup(tmp_path / "logs")
+    yield group
+    group.stop_all()
+
+
+def cloud(provider: SkyPilotProvider, action: str, **fields: Any) -> dict[str, Any]:
+    return provider.bridge.call("_cloud", action=action, **fields)
+
+
+def calls(provider: SkyPilotProvider, fn: str, cluster: str) -> list[dict[str, Any]]:
+    """The SDK calls ``fn`` made about ``cluster``."""
+    return [
+        c
+        for c in cloud(provider, "calls")["calls"]
+        if c["fn"] == fn
+        and cluster in (c.get("cluster_name"), c.get("cluster"), *c.get("cluster_names", ()))
+    ]
+
+
+def test_the_real_bridge_reports_the_installed_release(real_bridge: SkyBridge) -> None:
+    assert real_bridge.call("version")["version"] == "0.14.1"
+    with pytest.raises(SkyPilotError, match="unknown op"):
+        real_bridge.call("format_disk")
+
+
+def test_skypilot_parses_the_rendered_task_into_pinned_resources(real_bridge: SkyBridge) -> None:
+    spot = real_bridge.call("render", task=task_config(CONFIG, "m", "r1", "us-east-1a", SPOT))
+    od_task = task_config(CONFIG, "m", "r2", "us-central1-a", ON_DEMAND)
+    od = real_bridge.call("render", task=od_task)
+    assert spot["resources"] == [PINNED_SPOT]
+    assert od["resources"][0]["cloud"] == "GCP" and od["resources"][0]["use_spot"] is False
+    assert od["config"]["name"] == "mer-r2" and od["config"]["envs"]["MODEL"] == "m"
+
+
+def test_a_task_skypilot_refuses_is_an_error_that_says_why(real_bridge: SkyBridge) -> None:
+    task = task_config(CONFIG, "m", "r1", "us-east-1a", SPOT)
+    task["resources"]["accelerators"] = "L4:many"
+    with pytest.raises(SkyPilotError, match=r"SkyPilot render: .*L4:many"):
+        real_bridge.call("render", task=task)
+
+
+def test_launch_submits_one_pinned_cluster_and_returns_at_once(
+    provider: SkyPilotProvider, name: str
+) -> None:
+    instance = provider.launch(LaunchSpec("m", name), "us-east-1a", SPOT, now=100.0)
+    assert instance is not None
+    assert (instance.handle, instance.state, instance.launched_at) == (
+        f"mer-{name}",
+        "provisioning",
+        100.0,
+    )
+    (launch,) = calls(provider, "launch", f"mer-{name}")
+    assert launch["kwargs"] == {
+        "retry_until_up": False,
+        "down": True,
+        "idle_minutes_to_autostop": None,
+    }
+    assert launch["resources"] == PINNED_SPOT
+    assert launch["task"]["envs"] == {"MODEL": "m", "PORT": "8000"}
+    assert provider.poll(now=110.0) == []  # the launch request is still running
+
+
+def test_a_call_that_does_not_fit_the_sdk_signature_is_refused(
+    provider: SkyPilotProvider, name: str
+) -> None:
+    task = task_config(CONFIG, "m", name, "us-east-1a", SPOT)
+    with pytest.raises(SkyPilotError, match="TypeError"):
+        provider.bridge.call("launch", task=task, kwargs={"cluster_name": name, "zone": "x"})
+
+
+def test_running_once_up_and_the_engine_answers_health(
+    provider: SkyPilotProvider, processes: ProcessGroup, name: str
+) -> None:
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    provider.launch(LaunchSpec("m", name), "us-east-1a", SPOT, now=100.0)
+    cloud(provider, "finish", cluster=f"mer-{name}", outcome="up", endpoint=f"127.0.0.1:{port}")
+    # Cluster UP, engine still loading (nothing listens yet): provisioning.
+    assert provider.poll(now=200.0) == []
+    assert provider.list()[0].url == url
+    processes.python("engine", "-m", "sim.serve", "--model", "m", "--replica", f"{name}={port}")
+    eventually(lambda: engine_ready(url), what="engine up", timeout=60.0)
+    (notice,) = provider.poll(now=300.0)
+    assert (notice.handle, notice.event, notice.url) == (f"mer-{name}", "running", url)
+    assert (notice.zone, notice.at) == ("us-east-1a", 300.0)
+    assert provider.list()[0].state == "running"
+    assert provider.poll(now=310.0) == []
+    (endpoints,) = calls(provider, "endpoints", f"mer-{name}")
+    assert endpoints["port"] == 8000
+
+
+def test_a_launch_without_capacity_reports_the_zone_preempted(
+    provider: SkyPilotProvider, name: str
+) -> None:
+    provider.launch(LaunchSpec("m", name), "us-east-1a", SPOT, now=100.0)
+    cloud(provider, "finish", cluster=f"mer-{name}", outcome="no-capacity", zone="us-east-1a")
+    (notice,) = provider.poll(now=130.0)
+    assert (notice.event, notice.zone, notice.at) == ("preempted", "us-east-1a", 130.0)
+    (instance,) = provider.list()
+    assert (instance.state, instance.ended_at) == ("preempted", 130.0)
+    assert provider.poll(now=140.0) == []  # ended: no longer asked about
+
+
+def test_a_reclaimed_spot_cluster_is_a_preemption(
+    provider: SkyPilotProvider, processes: ProcessGroup, name: str
+) -> None:
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    processes.python("engine", "-m", "sim.serve", "--model", "m", "--replica", f"{name}={port}")
+    eventually(lambda: engine_ready(url), what="engine up", timeout=60.0)
+    provider.launch(LaunchSpec("m", name), "us-east-1a", SPOT, now=100.0)
+    cloud(provider, "finish", cluster=f"mer-{name}", outcome="up", endpoint=f"127.0.0.1:{port}")
+    assert [n.event for n in provider.poll(now=200.0)] == ["running"]
+    cloud(provider, "reclaim", cluster=f"mer-{name}")
+    (notice,) = provider.poll(now=900.0)
+    assert (notice.event, notice.at) == ("preempted", 900.0)
+    status = calls(provider, "status", f"mer-{name}")[-1]
+    assert (status["cluster_names"], status["refresh"]) == ([f"mer-{name}"], "AUTO")
+
+
+def test_terminate_downs_the_cluster_and_stops_its_billing(
+    provider: SkyPilotProvider, name: str
+) -> None:
+    provider.launch(LaunchSpec("m", name), "us-central1-a", ON_DEMAND, now=100.0)
+    provider.terminate(f"mer-{name}", now=150.0)
+    assert len(calls(provider, "down", f"mer-{name}")) == 1
+    (instance,) = provider.list()
+    assert (instance.state, instance.ended_at, instance.kind) == ("terminated", 150.0, ON_DEMAND)
+    assert provider.poll(now=160.0) == []
+
+
+def test_zones_need_a_priced_zone_row_each(provider: SkyPilotProvider) -> None:
+    assert [z.name for z in provider.zones()] == ["us-east-1a", "us-central1-a"]
+    assert str(provider.price("us-central1-a", SPOT)) == "0.28"
+    with pytest.raises(ValueError, match="without a Zone row"):
+        SkyPilotProvider(CONFIG, OFFERS[:1], provider.bridge)
+
+
+def test_a_missing_interpreter_is_a_clear_error() -> None:
+    with pytest.raises(SkyPilotError, match="cannot start SkyPilot's interpreter"):
+        SkyBridge(["/nonexistent/python", "-P", str(FAKE_API)])
