@@ -18,6 +18,7 @@ from workers.providers.skypilot_plan import (
     plan_lines,
     records_from,
     task_config,
+    to_yaml,
 )
 
 ZONES = "aws/us-east-1/us-east-1a, gcp/us-central1/us-central1-a"
@@ -154,3 +155,10 @@ def test_the_plan_lists_every_call_in_order() -> None:
     assert "aws/us-east-1/us-east-1a" in lines[0] and "spot" in lines[0]
     assert "ResourcesUnavailableError" in lines[2]
     assert lines[-1] == "6. scale-down: sky.down('mer-r1')"
+
+
+def test_the_yaml_reads_back_as_the_task() -> None:
+    yaml = pytest.importorskip("yaml")
+    task = task_config(CONFIG, "meta-llama/Llama-3.1-8B", "r1", "us-east-1a", "spot")
+    task["file_mounts"] = {}
+    assert yaml.safe_load(to_yaml(task)) == task

@@ -14,8 +14,6 @@ under CI, where that fails the run.
 from __future__ import annotations
 
 import itertools
-import os
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,7 +21,8 @@ from typing import Any
 import pytest
 
 from tests.support.polling import eventually
-from tests.support.processes import REPO_ROOT, ProcessGroup, free_port
+from tests.support.processes import ProcessGroup, free_port
+from tests.support.skypilot import sky_python
 from workers.providers.base import LaunchSpec
 from workers.providers.skypilot import (
     SkyBridge,
@@ -35,7 +34,6 @@ from workers.providers.skypilot import (
 from workers.providers.skypilot_plan import SkyPilotConfig, parse_zones, task_config
 from workers.scaling.fleet import ON_DEMAND, SPOT, ZoneOffer
 
-INSTALLER = REPO_ROOT / "ops" / "install_skypilot.sh"
 FAKE_API = Path(__file__).with_name("sky_fake_api.py")
 CONFIG = SkyPilotConfig(
     parse_zones("aws/us-east-1/us-east-1a,gcp/us-central1/us-central1-a"), port=8000
@@ -52,17 +50,6 @@ OFFERS = [
     ZoneOffer("us-east-1a", "us-east-1", 0.35, 0.98),
     ZoneOffer("us-central1-a", "us-central1", 0.28, 0.85),
 ]
-
-
-def sky_python() -> str:
-    found = subprocess.run([str(INSTALLER), "--where"], capture_output=True, text=True)
-    python = found.stdout.strip()
-    if found.returncode != 0 or not python:
-        note = f"SkyPilot's environment is not installed ({INSTALLER.name} installs it)"
-        if os.environ.get("CI"):
-            pytest.fail(note)
-        pytest.skip(note)
-    return python
 
 
 @pytest.fixture(scope="module")

@@ -72,10 +72,11 @@ def build_provider() -> CloudProvider:
     )
 
 
-def skypilot_config() -> SkyPilotConfig:
+def skypilot_config(zones: str | None = None) -> SkyPilotConfig:
+    """The provider's configuration; ``zones`` in place of MERIDIAN_SKYPILOT_ZONES."""
     s = settings
     return SkyPilotConfig(
-        zones=parse_zones(s.MERIDIAN_SKYPILOT_ZONES),
+        zones=parse_zones(s.MERIDIAN_SKYPILOT_ZONES if zones is None else zones),
         accelerators=s.MERIDIAN_SKYPILOT_ACCELERATORS,
         port=s.MERIDIAN_SKYPILOT_PORT,
         disk_size_gb=s.MERIDIAN_SKYPILOT_DISK_GB,

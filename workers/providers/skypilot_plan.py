@@ -15,6 +15,7 @@ then moves it to the preemptive set).
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -265,3 +266,21 @@ def records_from(rows: Sequence[Mapping[str, Any]]) -> dict[str, ClusterRecord]:
             raise ValueError(f"SkyPilot status row without a name and status: {row!r}")
         records[name] = ClusterRecord(name, status)
     return records
+
+
+def to_yaml(value: Mapping[str, Any], indent: int = 0) -> str:
+    """A task config as YAML: block mappings, scalars in JSON's spelling (a subset of YAML,
+    so quotes, ``$`` and braces in the engine command need no YAML escaping rules)."""
+    lines = []
+    pad = "  " * indent
+    for key, item in value.items():
+        if isinstance(item, Mapping) and item:
+            lines.append(f"{pad}{key}:")
+            lines.append(to_yaml(item, indent + 1))
+        elif isinstance(item, Mapping):
+            lines.append(f"{pad}{key}: {{}}")
+        elif isinstance(item, list | tuple):
+            lines.append(f"{pad}{key}: {json.dumps(list(item))}")
+        else:
+            lines.append(f"{pad}{key}: {json.dumps(item)}")
+    return "\n".join(lines)
