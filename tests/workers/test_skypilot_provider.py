@@ -15,15 +15,20 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
+from django.test import override_settings
 
+from fleet.models import Replica
 from tests.support.polling import eventually
 from tests.support.processes import ProcessGroup, free_port
+from tests.support.rows import Rows
 from tests.support.skypilot import sky_python
-from workers.providers.base import LaunchSpec
+from workers.providers.base import LaunchSpec, Notice
+from workers.providers.factory import build_provider
 from workers.providers.skypilot import (
     SkyBridge,
     SkyPilotError,
@@ -33,6 +38,7 @@ from workers.providers.skypilot import (
 )
 from workers.providers.skypilot_plan import SkyPilotConfig, parse_zones, task_config
 from workers.scaling.fleet import ON_DEMAND, SPOT, ZoneOffer
+from workers.scaling_glue import apply_notices
 
 FAKE_API = Path(__file__).with_name("sky_fake_api.py")
 CONFIG = SkyPilotConfig(
@@ -229,3 +235,52 @@ def test_zones_need_a_priced_zone_row_each(provider: SkyPilotProvider) -> None:
 def test_a_missing_interpreter_is_a_clear_error() -> None:
     with pytest.raises(SkyPilotError, match="cannot start SkyPilot's interpreter"):
         SkyBridge(["/nonexistent/python", "-P", str(FAKE_API)])
+
+
+def test_the_setting_builds_it_and_it_adopts_the_live_rows(rows: Rows, python: str) -> None:
+    region = rows.region("us-east-1")
+    url = "http://10.0.0.5:8000"
+    launched = datetime(2026, 1, 1, tzinfo=UTC)
+    live = dict(provider="skypilot", kind=SPOT, launched_at=launched)
+    rows.replica("a", region, url=url, provider_handle="mer-a", **live)
+    rows.replica("b", region, state=Replica.State.PROVISIONING, provider_handle="mer-b", **live)
+    rows.replica("c", region, state=Replica.State.TERMINATED, provider_handle="mer-c", **live)
+    with override_settings(
+        MERIDIAN_CLOUD_PROVIDER="skypilot",
+        MERIDIAN_SKYPILOT_PYTHON=python,
+        MERIDIAN_SKYPILOT_ZONES="aws/us-east-1/us-east-1-1a",
+    ):
+        provider = build_provider()
+    try:
+        assert isinstance(provider, SkyPilotProvider)
+        assert [z.name for z in provider.zones()] == ["us-east-1-1a"]
+        adopted = {i.handle: (i.state, i.url, i.launched_at) for i in provider.list()}
+        assert adopted == {
+            "mer-a": ("running", url, launched.timestamp()),
+            "mer-b": ("provisioning", "http://127.0.0.1:1/b", launched.timestamp()),
+        }
+    finally:
+        provider.close()
+
+
+@override_settings(
+    MERIDIAN_CLOUD_PROVIDER="skypilot",
+    MERIDIAN_SKYPILOT_PYTHON="",
+    MERIDIAN_SKYPILOT_ZONES="aws/us-east-1/us-east-1-1a",
+)
+def test_the_setting_without_skypilots_environment_stops_start_up(rows: Rows) -> None:
+    with pytest.raises(SkyPilotError, match="needs MERIDIAN_SKYPILOT_PYTHON"):
+        build_provider()
+
+
+def test_a_running_notice_gives_the_row_the_clusters_address(
+    rows: Rows, provider: SkyPilotProvider
+) -> None:
+    region = rows.region("us-east-1")
+    row = rows.replica(
+        "d", region, state=Replica.State.PROVISIONING, provider="skypilot", provider_handle="mer-d"
+    )
+    notice = Notice("mer-d", "running", "us-east-1-1a", 1000.0, url="http://10.0.0.7:8000")
+    assert apply_notices(provider, [notice]) == []
+    row.refresh_from_db()
+    assert (row.state, row.url) == (Replica.State.STARTING, "http://10.0.0.7:8000")
