@@ -49,6 +49,8 @@ def test_config_refuses_no_zones_and_a_bad_port() -> None:
         SkyPilotConfig(())
     with pytest.raises(ValueError, match="not a TCP port"):
         SkyPilotConfig(parse_zones(ZONES), port=70000)
+    with pytest.raises(ValueError, match="KV events port"):
+        SkyPilotConfig(parse_zones(ZONES), port=5557)
 
 
 def test_cluster_names_are_prefixed_lowercase_and_bounded() -> None:
@@ -66,11 +68,12 @@ def test_a_spot_launch_is_pinned_to_the_zone_spothedge_chose() -> None:
         "infra": "aws/us-east-1/us-east-1a",
         "accelerators": "L4:1",
         "use_spot": True,
-        "ports": 8000,
+        "ports": [8000, 5557, 5558],
         "disk_size": 256,
     }
     assert task["envs"] == {"MODEL": "meta-llama/Llama-3.1-8B", "PORT": "8000"}
-    assert 'vllm serve "$MODEL"' in task["run"] and "enable_kv_cache_events" in task["run"]
+    assert 'vllm serve "$MODEL"' in task["run"] and "--enable-prompt-tokens-details" in task["run"]
+    assert '"endpoint": "tcp://*:5557", "replay_endpoint": "tcp://*:5558"' in task["run"]
 
 
 def test_an_on_demand_launch_with_an_image() -> None:

@@ -50,7 +50,7 @@ PINNED_SPOT = {
     "zone": "us-east-1a",
     "use_spot": True,
     "accelerators": {"L4": 1},
-    "ports": ["8000"],
+    "ports": ["5557-5558", "8000"],  # SkyPilot merges ports into ranges
 }
 OFFERS = [
     ZoneOffer("us-east-1a", "us-east-1", 0.35, 0.98),

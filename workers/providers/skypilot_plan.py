@@ -84,6 +84,8 @@ class SkyPilotConfig:
             raise ValueError("SkyPilot provider: no zones configured (MERIDIAN_SKYPILOT_ZONES)")
         if not 1 <= self.port <= 65535:
             raise ValueError(f"SkyPilot provider: port {self.port} is not a TCP port")
+        if self.port in (KV_EVENTS_PORT, KV_REPLAY_PORT):
+            raise ValueError(f"SkyPilot provider: port {self.port} is the engine's KV events port")
         if self.disk_size_gb < 1:
             raise ValueError("SkyPilot provider: disk size must be at least 1 GB")
 
@@ -104,11 +106,17 @@ def cluster_name(replica_name: str) -> str:
     return name
 
 
-# The engine: vLLM's OpenAI server on the configured port, publishing KV-cache events
-# for Meridian's cache map (docs/kv-events.md) on 5557.
+# The engine: vLLM's OpenAI server on the configured port with the flags Meridian reads
+# (docs/engines.md): KV events bound on 5557 with replay on 5558, found by the balancers
+# through GET /kv_event_sources, and cached_tokens in usage.  Every replica of a model
+# hashes blocks with the same seed.
+KV_EVENTS_PORT = 5557
+KV_REPLAY_PORT = 5558
 RUN = (
-    'vllm serve "$MODEL" --host 0.0.0.0 --port "$PORT" --kv-events-config '
-    '\'{"enable_kv_cache_events": true, "publisher": "zmq", "endpoint": "tcp://*:5557"}\''
+    'PYTHONHASHSEED=0 vllm serve "$MODEL" --host 0.0.0.0 --port "$PORT" '
+    "--enable-prefix-caching --enable-prompt-tokens-details --kv-events-config "
+    '\'{"enable_kv_cache_events": true, "publisher": "zmq", '
+    f'"endpoint": "tcp://*:{KV_EVENTS_PORT}", "replay_endpoint": "tcp://*:{KV_REPLAY_PORT}"}}\''
 )
 
 
@@ -124,7 +132,7 @@ def task_config(
         "infra": config.zone(zone).infra,
         "accelerators": config.accelerators,
         "use_spot": kind == SPOT,
-        "ports": config.port,
+        "ports": [config.port, KV_EVENTS_PORT, KV_REPLAY_PORT],
         "disk_size": config.disk_size_gb,
     }
     if config.image_id:
