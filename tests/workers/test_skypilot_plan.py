@@ -114,6 +114,15 @@ def test_provisioning_waits_for_the_request_the_cluster_and_the_engine() -> None
     assert (running.state, running.notice) == ("running", "running")
 
 
+def test_a_cluster_gone_once_its_launch_resolved_ends_the_replica() -> None:
+    # After the launch succeeded, or for a cluster adopted after a restart (no request).
+    done = LaunchOutcome("SUCCEEDED")
+    assert observe("provisioning", "spot", done, None, False).notice == "preempted"
+    assert observe("provisioning", "on-demand", None, None, False).notice == "terminated"
+    # While the launch request runs, the cluster may not be listed yet.
+    assert observe("provisioning", "spot", LaunchOutcome("PENDING"), None, False).notice is None
+
+
 def test_a_launch_without_capacity_is_a_preemption_other_failures_terminate() -> None:
     refused = LaunchOutcome("FAILED", "ResourcesUnavailableError", "no L4 in us-east-1a")
     seen = observe("provisioning", "spot", refused, None, False)

@@ -14,6 +14,7 @@ under CI, where that fails the run.
 from __future__ import annotations
 
 import itertools
+import sys
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -230,6 +231,23 @@ def test_zones_need_a_priced_zone_row_each(provider: SkyPilotProvider) -> None:
     assert str(provider.price("us-central1-a", SPOT)) == "0.28"
     with pytest.raises(ValueError, match="without a Zone row"):
         SkyPilotProvider(CONFIG, OFFERS[:1], provider.bridge)
+
+
+def test_a_bridge_that_died_is_started_again(real_bridge: SkyBridge) -> None:
+    real_bridge.process.kill()
+    real_bridge.process.wait()
+    assert real_bridge.call("version")["version"] == "0.14.1"
+
+
+def test_a_bridge_that_does_not_answer_is_ended() -> None:
+    silent = [sys.executable, "-c", "import sys, time; sys.stdin.readline(); time.sleep(60)"]
+    bridge = SkyBridge(silent, timeout_s=0.5)
+    try:
+        with pytest.raises(SkyPilotError, match="no answer from the SkyPilot bridge to 'status'"):
+            bridge.call("status", clusters=["mer-x"])
+        assert bridge.process.returncode is not None  # not left to answer the next call
+    finally:
+        bridge.close()
 
 
 def test_a_missing_interpreter_is_a_clear_error() -> None:

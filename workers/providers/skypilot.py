@@ -17,6 +17,7 @@ preemption, as the emulated cloud reports a refused spot launch.
 from __future__ import annotations
 
 import builtins
+import contextlib
 import json
 import logging
 import select
@@ -59,28 +60,34 @@ class SkyBridge:
     """The child process that runs SkyPilot's SDK; one JSON line each way per call."""
 
     def __init__(self, argv: Sequence[str], timeout_s: float = 120.0) -> None:
-        self.timeout_s = timeout_s
+        self.argv, self.timeout_s = list(argv), timeout_s
+        self.process = self._start()
+
+    def _start(self) -> subprocess.Popen[str]:
         try:
-            self.process = subprocess.Popen(
-                list(argv),
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                text=True,
-                bufsize=1,
+            return subprocess.Popen(
+                self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1
             )
         except OSError as e:
-            raise SkyPilotError(f"cannot start SkyPilot's interpreter {argv[0]!r}: {e}") from e
+            raise SkyPilotError(f"cannot start SkyPilot's interpreter {self.argv[0]!r}: {e}") from e
 
     def call(self, op: str, **fields: Any) -> dict[str, Any]:
-        process = self.process
-        assert process.stdin is not None and process.stdout is not None
-        if process.poll() is not None:
-            raise SkyPilotError(f"the SkyPilot bridge exited ({process.returncode})")
-        process.stdin.write(json.dumps({"op": op, **fields}) + "\n")
-        process.stdin.flush()
-        ready, _, _ = select.select([process.stdout], [], [], self.timeout_s)
-        line = process.stdout.readline() if ready else ""
+        if self.process.poll() is not None:
+            # A bridge that died (killed, out of memory) is started again: the clusters'
+            # state lives in SkyPilot and in the provider, not in the bridge.
+            log.warning("SkyPilot bridge exited (%s); starting it again", self.process.returncode)
+            self.close()
+            self.process = self._start()
+        stdin, stdout = self.process.stdin, self.process.stdout
+        assert stdin is not None and stdout is not None
+        stdin.write(json.dumps({"op": op, **fields}) + "\n")
+        stdin.flush()
+        ready, _, _ = select.select([stdout], [], [], self.timeout_s)
+        line = stdout.readline() if ready else ""
         if not line:
+            # Its answer may still come and would be read as the next call's: end it.
+            self.process.kill()
+            self.process.wait()
             raise SkyPilotError(f"no answer from the SkyPilot bridge to {op!r}")
         answer = json.loads(line)
         if not answer.get("ok"):
@@ -89,16 +96,17 @@ class SkyBridge:
         return result
 
     def close(self) -> None:
-        if self.process.poll() is None:
-            assert self.process.stdin is not None
-            self.process.stdin.close()  # the bridge's loop ends at end of input
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        if self.process.stdout is not None:
-            self.process.stdout.close()
+        stdin, stdout = self.process.stdin, self.process.stdout
+        if stdin is not None and not stdin.closed:
+            with contextlib.suppress(BrokenPipeError):
+                stdin.close()  # the bridge's loop ends at end of input
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        if stdout is not None:
+            stdout.close()
 
 
 def engine_ready(url: str) -> bool:

@@ -203,7 +203,7 @@ def observe(
     ``reachable``: the engine's endpoint answered its health check.
     """
     if state == "provisioning":
-        return _while_provisioning(outcome, record, reachable)
+        return _while_provisioning(kind, outcome, record, reachable)
     if state == "running":
         if record is not None and record.status == "UP":
             return Observation("running")
@@ -216,7 +216,7 @@ def observe(
 
 
 def _while_provisioning(
-    outcome: LaunchOutcome | None, record: ClusterRecord | None, reachable: bool
+    kind: str, outcome: LaunchOutcome | None, record: ClusterRecord | None, reachable: bool
 ) -> Observation:
     if outcome is not None and outcome.status in REQUEST_PENDING:
         return Observation("provisioning")
@@ -226,7 +226,12 @@ def _while_provisioning(
         event = "preempted" if refused else "terminated"
         detail = f"{outcome.error_type}: {outcome.message}".strip(": ")
         return Observation(event, event, f"launch {outcome.status.lower()}: {detail}")
-    if record is None or record.status != "UP":
+    # The launch request has resolved (or was lost with a restarted worker): a cluster
+    # SkyPilot no longer knows went away before it ever served.
+    if record is None:
+        event = "preempted" if kind == SPOT else "terminated"
+        return Observation(event, event, "cluster gone before its engine answered")
+    if record.status != "UP":
         return Observation("provisioning")
     if not reachable:
         return Observation("provisioning")  # the cluster is up, the engine still loading
