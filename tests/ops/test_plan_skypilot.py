@@ -41,7 +41,7 @@ def test_the_zones_come_from_the_settings_when_not_given() -> None:
         (["--zone", "us-east-1a"], "no zones configured"),
         (["--zones", ZONES, "--zone", "eu-west-1a"], "not a configured SkyPilot zone"),
         (["--zones", "aws/us-east-1", "--zone", "us-east-1a"], "expected cloud/region/zone"),
-        (["--zones", ZONES, "--zone", "us-east-1a", "--replica", "Bad Name"], "lowercase"),
+        (["--zones", ZONES, "--zone", "us-east-1a", "--replica", "_."], "no letters or digits"),
     ],
 )
 def test_bad_input_says_what_to_fix(args: list[str], message: str) -> None:

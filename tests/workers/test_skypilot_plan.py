@@ -55,10 +55,16 @@ def test_config_refuses_no_zones_and_a_bad_port() -> None:
 
 def test_cluster_names_are_prefixed_lowercase_and_bounded() -> None:
     assert cluster_name("Llama-spot-us-east-1a-0f3a2b") == "mer-llama-spot-us-east-1a-0f3a2b"
-    with pytest.raises(ValueError, match="longer than 63"):
-        cluster_name("x" * 60)
-    with pytest.raises(ValueError, match="lowercase letters"):
-        cluster_name("has space")
+    assert cluster_name("m_1.5b spot") == "mer-m-1-5b-spot"
+    with pytest.raises(ValueError, match="no letters or digits"):
+        cluster_name("--")
+
+
+def test_a_long_replica_name_keeps_its_unique_end() -> None:
+    long = "meta-llamallama-33-70b-instruct-awq-int4-on-demand-us-central1-a-0f3a2b"
+    name = cluster_name(long)
+    assert len(name) == 63 and name.startswith("mer-meta-llama") and name.endswith("-0f3a2b")
+    assert cluster_name(long.replace("0f3a2b", "99aa01")) != name
 
 
 def test_a_spot_launch_is_pinned_to_the_zone_spothedge_chose() -> None:

@@ -28,6 +28,7 @@ KINDS = (SPOT, ON_DEMAND)
 # keeps to lowercase and the 63 characters a GCP instance name allows.
 _CLUSTER_NAME = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
 MAX_CLUSTER_NAME = 63
+_UNIQUE_TAIL = 7  # "-" and the replica name's six hex digits
 CLUSTER_PREFIX = "mer-"
 # A launch that failed for want of capacity (SkyPilot's ResourcesUnavailableError, also
 # raised when every zone given was tried): the zone refused, as a spot preemption does.
@@ -98,11 +99,19 @@ class SkyPilotConfig:
 
 
 def cluster_name(replica_name: str) -> str:
-    name = f"{CLUSTER_PREFIX}{replica_name}".lower()
+    """``mer-<replica>`` in the characters every cloud accepts, at most 63 of them.
+
+    Replica names end in a unique suffix (``-3f2a1c``, ``scaling_glue.replica_name``): a
+    name too long loses characters from its middle, never from that end.
+    """
+    slug = re.sub(r"[^a-z0-9]+", "-", replica_name.lower()).strip("-")
+    if not slug:
+        raise ValueError(f"replica name {replica_name!r} has no letters or digits")
+    name = f"{CLUSTER_PREFIX}{slug}"
     if len(name) > MAX_CLUSTER_NAME:
-        raise ValueError(f"cluster name {name!r} is longer than {MAX_CLUSTER_NAME} characters")
-    if not _CLUSTER_NAME.fullmatch(name):
-        raise ValueError(f"cluster name {name!r}: use lowercase letters, digits and '-'")
+        keep = _UNIQUE_TAIL
+        name = name[: MAX_CLUSTER_NAME - keep].rstrip("-") + name[-keep:]
+    assert _CLUSTER_NAME.fullmatch(name), name
     return name
 
 
