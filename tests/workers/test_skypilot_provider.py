@@ -16,14 +16,14 @@ from __future__ import annotations
 import itertools
 import sys
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 from django.test import override_settings
 
-from fleet.models import Replica
+from fleet.models import Event, Replica, ServiceConfig, Zone
 from tests.support.polling import eventually
 from tests.support.processes import ProcessGroup, free_port
 from tests.support.rows import Rows
@@ -39,7 +39,7 @@ from workers.providers.skypilot import (
 )
 from workers.providers.skypilot_plan import SkyPilotConfig, parse_zones, task_config
 from workers.scaling.fleet import ON_DEMAND, SPOT, ZoneOffer
-from workers.scaling_glue import apply_notices
+from workers.scaling_glue import apply_notices, scale_services
 
 FAKE_API = Path(__file__).with_name("sky_fake_api.py")
 CONFIG = SkyPilotConfig(
@@ -302,3 +302,51 @@ def test_a_running_notice_gives_the_row_the_clusters_address(
     assert apply_notices(provider, [notice]) == []
     row.refresh_from_db()
     assert (row.state, row.url) == (Replica.State.STARTING, "http://10.0.0.7:8000")
+
+
+@pytest.mark.django_db
+def test_the_scaling_loop_launches_watches_and_loses_replicas_through_skypilot(
+    rows: Rows, fake_bridge: SkyBridge, processes: ProcessGroup
+) -> None:
+    region = rows.region("us-east-1")
+    # Three zones: SpotHedge keeps a preempted zone aside only while two others remain.
+    prices = {"us-east-1-1a": 0.3, "us-east-1-1b": 0.4, "us-east-1-1c": 0.5}
+    for zone in list(prices)[1:]:
+        Zone.objects.create(region=region, name=zone)
+    config = SkyPilotConfig(parse_zones(",".join(f"aws/us-east-1/{z}" for z in prices)))
+    offers = [ZoneOffer(z, "us-east-1", p, 1.0) for z, p in prices.items()]
+    provider = SkyPilotProvider(config, offers, fake_bridge)
+    ServiceConfig.objects.create(model_name="m", scaling_policy="spothedge", min_replicas=1)
+    now = datetime(2026, 3, 1, 9, 0, tzinfo=UTC)
+
+    scale_services(provider, now)
+    launched = list(Replica.objects.filter(provider="skypilot"))
+    assert {r.kind for r in launched} == {SPOT, ON_DEMAND}
+    for row in launched:
+        (call,) = calls(provider, "launch", row.provider_handle)
+        assert call["resources"]["use_spot"] == (row.kind == SPOT)
+        assert call["resources"]["zone"] == row.zone.name
+        assert (row.state, row.url) == (Replica.State.PROVISIONING, "")
+
+    spot = next(r for r in launched if r.kind == SPOT)
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    processes.python("engine", "-m", "sim.serve", "--model", "m", "--replica", f"r={port}")
+    eventually(lambda: engine_ready(url), what="engine up", timeout=60.0)
+    address = f"127.0.0.1:{port}"
+    cloud(provider, "finish", cluster=spot.provider_handle, outcome="up", endpoint=address)
+    scale_services(provider, now + timedelta(seconds=10))
+    spot.refresh_from_db()
+    assert (spot.state, spot.url) == (Replica.State.STARTING, url)
+
+    cloud(provider, "reclaim", cluster=spot.provider_handle)
+    scale_services(provider, now + timedelta(seconds=20))
+    spot.refresh_from_db()
+    assert spot.state == Replica.State.PREEMPTED
+    assert spot.terminated_at == now + timedelta(seconds=20)
+    assert Event.objects.filter(kind="replica.preempted", subject=spot.name).exists()
+    placement = ServiceConfig.objects.get().scaling_state["placement"]
+    assert placement["preempting"] == [spot.zone.name]
+    # Its replacement is a new cluster in another zone.
+    new = Replica.objects.filter(kind=SPOT, state=Replica.State.PROVISIONING).exclude(pk=spot.pk)
+    assert new.exists() and spot.zone.name not in {r.zone.name for r in new}
