@@ -7,11 +7,14 @@ starts it in the bridge's place).  Everything below the SDK is faked, nothing ab
 does not bind to the real signature raises ``TypeError``), and what they hand back are
 SkyPilot's own objects: ``RequestId``, ``RequestPayload``, ``StatusResponse`` with a
 ``ClusterStatus``, and ``ResourcesUnavailableError`` raised by ``sky.get`` for a launch
-without capacity.  The task the bridge launches is a real ``sky.Task``.
+without capacity.  ``sky.get`` hands results and errors through SkyPilot's own wire
+encoding (its encoders and decoders, JSON, its exception serialization), as the server
+and the SDK do.  The task the bridge launches is a real ``sky.Task``.
 
 The test steers the cloud with one extra op, ``_cloud``:
 
-- ``finish`` cluster, outcome (``up`` | ``no-capacity``), endpoint: the launch completes
+- ``finish`` cluster, outcome (``up`` | ``no-capacity`` | ``infeasible``), endpoint: the
+  launch completes
 - ``reclaim`` cluster: the cloud takes a spot cluster away (SkyPilot's refresh drops it)
 - ``calls``: the SDK calls made so far, with their arguments
 """
@@ -19,6 +22,7 @@ The test steers the cloud with one extra op, ``_cloud``:
 from __future__ import annotations
 
 import importlib.util
+import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -29,6 +33,7 @@ from sky import exceptions
 from sky.schemas.api import responses
 from sky.server import common as server_common
 from sky.server.requests import payloads
+from sky.server.requests.serializers import decoders, encoders
 from sky.utils import status_lib
 
 BRIDGE = Path(__file__).resolve().parents[2] / "workers" / "providers" / "sky_bridge.py"
@@ -98,10 +103,15 @@ class FakeApiServer:
         return found
 
     def get(self, request_id: Any) -> Any:
+        """As the API server stores a request's outcome and the SDK reads it back: the
+        result through SkyPilot's encoder, JSON and decoder for the request's name, an
+        error serialized, pickled and re-raised by SkyPilot's own functions."""
         r = self.requests[request_id]
         if r["error"] is not None:
-            raise r["error"]
-        return r["result"]
+            wire = encoders.pickle_and_encode(exceptions.serialize_exception(r["error"]))
+            raise exceptions.deserialize_exception(decoders.decode_and_unpickle(wire))
+        encoded = json.dumps(encoders.get_encoder(r["name"])(r["result"]))
+        return decoders.get_decoder(r["name"])(json.loads(encoded))
 
     def status(self, cluster_names: list[str] | None = None, **kwargs: Any) -> Any:
         self.calls.append({"fn": "status", "cluster_names": cluster_names, **_plain(kwargs)})
@@ -134,15 +144,29 @@ class FakeApiServer:
                 self.addresses[cluster] = req["endpoint"]
             else:
                 launch["status"] = "FAILED"
-                launch["error"] = exceptions.ResourcesUnavailableError(
-                    f"Failed to acquire resources in {req.get('zone', 'the zone')}"
-                )
+                launch["error"] = _launch_error(req["outcome"], req.get("zone", "the zone"))
                 self.clusters.pop(cluster, None)
         elif action == "reclaim":
             self.clusters.pop(cluster, None)
         else:
             return {"ok": False, "error": f"unknown cloud action {action!r}"}
         return {"ok": True, "result": {}}
+
+
+def _launch_error(outcome: str, zone: str) -> Exception:
+    """What SkyPilot raises: after a provisioning attempt in the zone, or from its optimizer
+    before any attempt (an empty failover history)."""
+    if outcome == "no-capacity":
+        attempt = exceptions.ResourcesUnavailableError(f"{zone}: InsufficientInstanceCapacity")
+        return exceptions.ResourcesUnavailableError(
+            f"Failed to provision all possible launchable resources in {zone}",
+            failover_history=[attempt],
+        )
+    if outcome == "infeasible":
+        return exceptions.ResourcesUnavailableError(
+            "Catalog does not contain any instances satisfying the request"
+        )
+    raise ValueError(f"unknown launch outcome {outcome!r}")
 
 
 def _row(name: str, status: status_lib.ClusterStatus) -> Any:

@@ -130,10 +130,13 @@ def test_a_cluster_gone_once_its_launch_resolved_ends_the_replica() -> None:
 
 
 def test_a_launch_without_capacity_is_a_preemption_other_failures_terminate() -> None:
-    refused = LaunchOutcome("FAILED", "ResourcesUnavailableError", "no L4 in us-east-1a")
+    refused = LaunchOutcome("FAILED", "ResourcesUnavailableError", "no L4 in us-east-1a", 1)
     seen = observe("provisioning", "spot", refused, None, False)
     assert (seen.state, seen.notice) == ("preempted", "preempted")
     assert "no L4 in us-east-1a" in seen.message
+    # The optimizer's refusal, before any attempt: a configuration error, not a full zone.
+    infeasible = LaunchOutcome("FAILED", "ResourcesUnavailableError", "not enabled", 0)
+    assert observe("provisioning", "spot", infeasible, None, False).notice == "terminated"
     broken = LaunchOutcome("FAILED", "InvalidCloudCredentials", "expired")
     assert observe("provisioning", "on-demand", broken, None, False).notice == "terminated"
     cancelled = LaunchOutcome("CANCELLED")

@@ -198,6 +198,15 @@ def test_a_launch_without_capacity_reports_the_zone_preempted(
     assert provider.poll(now=140.0) == []  # ended: no longer asked about
 
 
+def test_a_launch_nothing_could_satisfy_is_no_preemption(
+    provider: SkyPilotProvider, name: str
+) -> None:
+    provider.launch(LaunchSpec("m", name), "us-east-1a", SPOT, now=100.0)
+    cloud(provider, "finish", cluster=f"mer-{name}", outcome="infeasible")
+    (notice,) = provider.poll(now=130.0)
+    assert (notice.event, notice.zone) == ("terminated", "us-east-1a")
+
+
 def test_a_reclaimed_spot_cluster_is_a_preemption(
     provider: SkyPilotProvider, processes: ProcessGroup, name: str
 ) -> None:

@@ -15,7 +15,7 @@ Requests (``op`` and its fields) and results:
 - ``render``   task                         -> SkyPilot's own normalized task YAML and
                                                the resources it parsed (validation)
 - ``launch``   task, kwargs                 -> {"request_id"}   (sky.launch, not awaited)
-- ``request``  request_id                   -> {"status", "error_type", "message"}
+- ``request``  request_id                   -> {"status", "error_type", "message", "attempts"}
 - ``status``   clusters, refresh            -> {"clusters": [{"name", "status"}]}
 - ``endpoint`` cluster, port                -> {"endpoint"}     (sky.endpoints)
 - ``down``     cluster                      -> {"request_id"}   (sky.down, not awaited)
@@ -65,15 +65,23 @@ def _request(req: dict[str, Any]) -> dict[str, Any]:
     rid = req["request_id"]
     payloads = sky.api_status([rid])
     if not payloads:
-        return {"status": "FAILED", "error_type": "RequestNotFound", "message": rid}
+        return {"status": "FAILED", "error_type": "RequestNotFound", "message": rid, "attempts": 0}
     status = str(payloads[0].status)
     if status != "FAILED":
-        return {"status": status, "error_type": "", "message": ""}
+        return {"status": status, "error_type": "", "message": "", "attempts": 0}
     try:
         sky.get(rid)  # re-raises the request's exception here
     except Exception as e:
-        return {"status": status, "error_type": type(e).__name__, "message": str(e)[:500]}
-    return {"status": status, "error_type": "", "message": ""}
+        # ResourcesUnavailableError's failover_history: the provisioning attempts that
+        # failed; empty when the optimizer found nothing feasible to try.
+        attempts = len(getattr(e, "failover_history", None) or ())
+        return {
+            "status": status,
+            "error_type": type(e).__name__,
+            "message": str(e)[:500],
+            "attempts": attempts,
+        }
+    return {"status": status, "error_type": "", "message": "", "attempts": 0}
 
 
 def _status(req: dict[str, Any]) -> dict[str, Any]:

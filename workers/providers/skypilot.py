@@ -204,7 +204,9 @@ class SkyPilotProvider(CloudProvider):
         if cluster.request_id is None:
             return None
         answer = self.bridge.call("request", request_id=cluster.request_id)
-        outcome = LaunchOutcome(answer["status"], answer["error_type"], answer["message"])
+        outcome = LaunchOutcome(
+            answer["status"], answer["error_type"], answer["message"], int(answer["attempts"])
+        )
         if outcome.status == "SUCCEEDED":
             cluster.request_id = None  # resolved; the cluster's status says the rest
         return outcome

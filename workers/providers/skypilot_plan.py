@@ -30,8 +30,10 @@ _CLUSTER_NAME = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
 MAX_CLUSTER_NAME = 63
 _UNIQUE_TAIL = 7  # "-" and the replica name's six hex digits
 CLUSTER_PREFIX = "mer-"
-# A launch that failed for want of capacity (SkyPilot's ResourcesUnavailableError, also
-# raised when every zone given was tried): the zone refused, as a spot preemption does.
+# A launch that failed for want of capacity: SkyPilot's ResourcesUnavailableError after
+# at least one provisioning attempt (its failover_history is non-empty).  The same error
+# with an empty history is the optimizer finding nothing feasible (a cloud not enabled,
+# an accelerator the zone's catalog lacks): a configuration error, not a full zone.
 CAPACITY_ERRORS = frozenset({"ResourcesUnavailableError"})
 # Request states of SkyPilot's API server (sky.server.requests.requests.RequestStatus).
 REQUEST_PENDING = frozenset({"PENDING", "WAITING", "RUNNING"})
@@ -179,6 +181,11 @@ class LaunchOutcome:
     status: str
     error_type: str = ""
     message: str = ""
+    attempts: int = 0  # provisioning attempts that failed (the error's failover history)
+
+    @property
+    def refused_for_capacity(self) -> bool:
+        return self.error_type in CAPACITY_ERRORS and self.attempts > 0
 
 
 @dataclass(frozen=True)
@@ -230,9 +237,8 @@ def _while_provisioning(
     if outcome is not None and outcome.status in REQUEST_PENDING:
         return Observation("provisioning")
     if outcome is not None and outcome.status != REQUEST_DONE:
-        refused = outcome.error_type in CAPACITY_ERRORS
         # A refused launch is reported as a preemption at once (SpotHedge's Z_P).
-        event = "preempted" if refused else "terminated"
+        event = "preempted" if outcome.refused_for_capacity else "terminated"
         detail = f"{outcome.error_type}: {outcome.message}".strip(": ")
         return Observation(event, event, f"launch {outcome.status.lower()}: {detail}")
     # The launch request has resolved (or was lost with a restarted worker): a cluster
@@ -271,7 +277,8 @@ def plan_lines(
         f"2. request = sky.launch(task, {args})",
         "3. each beat: sky.api_status([request]) until SUCCEEDED; a failure with "
         + ", ".join(sorted(CAPACITY_ERRORS))
-        + " reports the zone as preempted (SpotHedge moves it to Z_P)",
+        + " after a provisioning attempt reports the zone as preempted (SpotHedge moves it"
+        " to Z_P); any other failure terminates the replica",
         f"4. each beat: sky.status(cluster_names=[{name!r}, ...], refresh=AUTO); "
         f"UP -> sky.endpoints({name!r}, {config.port}) -> GET /health until it answers",
         f"5. the replica runs at the endpoint; its cluster leaving UP is a {loss}",
