@@ -43,7 +43,7 @@ if [ -f "$stamp" ]; then
 fi
 
 started=$(date +%s)
-echo "installing skypilot${extras:+[$extras]} $version into $env_dir (about 300 MB)" >&2
+echo "installing skypilot${extras:+[$extras]} $version into $env_dir (about 460 MB)" >&2
 rm -rf "$env_dir" # a half-made environment from an interrupted run
 "$python" -m venv "$env_dir"
 "$env_dir/bin/python" -m pip --disable-pip-version-check -q \

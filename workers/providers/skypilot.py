@@ -187,10 +187,12 @@ class SkyPilotProvider(CloudProvider):
     ) -> Notice | None:
         instance = cluster.instance
         outcome = self._outcome(cluster)
-        url = instance.url
+        url, reachable = instance.url, False
+        # Only a cluster that is up and not yet serving needs its address and a probe;
+        # a running replica's health is the control plane's probes' business.
         if instance.state == "provisioning" and record is not None and record.status == "UP":
             url = url or self._endpoint(instance.handle)
-        reachable = bool(url) and self.ready(url)
+            reachable = bool(url) and self.ready(url)
         seen = observe(instance.state, instance.kind, outcome, record, reachable)
         ended = now if seen.state in ("preempted", "terminated") else None
         cluster.instance = replace(instance, state=seen.state, url=url, ended_at=ended)
