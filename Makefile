@@ -13,7 +13,12 @@ PIP := $(BIN)/python -m pip --disable-pip-version-check -q
 run: $(RUN_STAMP)
 	$(BIN)/python manage.py run_demo
 
+# SkyPilot's SDK lives in its own environment too (its pins clash with uvicorn's here),
+# installed once per user and machine; without it the SkyPilot provider's tests skip
+# with a note (under CI they fail).
 test: $(TEST_STAMP) /usr/bin/chromium
+	@nice -n 10 ops/install_skypilot.sh >/dev/null || \
+	  echo "note: SkyPilot could not be installed (see above); its provider tests will skip"
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 # The conformance suite against two real vLLM replicas (tests/engines, marker `engines`;

@@ -351,10 +351,21 @@ MERIDIAN_SCALING_PERIOD_S = env_float("MERIDIAN_SCALING_PERIOD_S", 10.0, minimum
 MERIDIAN_DRAIN_SETTLE_S = env_float("MERIDIAN_DRAIN_SETTLE_S", 5.0, minimum=0.0)
 MERIDIAN_DRAIN_DEADLINE_S = env_float("MERIDIAN_DRAIN_DEADLINE_S", 600.0, minimum=1.0)
 # "emulated": launch sim.serve replicas after a cold start; "static": operator-registered
-# replicas only (Meridian never launches or terminates).
+# replicas only (Meridian never launches or terminates); "skypilot": clusters on real
+# clouds through SkyPilot (docs/skypilot-provider.md).
 MERIDIAN_CLOUD_PROVIDER = env_str("MERIDIAN_CLOUD_PROVIDER", "emulated")
-if MERIDIAN_CLOUD_PROVIDER not in {"emulated", "static"}:
-    raise ValueError("MERIDIAN_CLOUD_PROVIDER must be 'emulated' or 'static'")
+if MERIDIAN_CLOUD_PROVIDER not in {"emulated", "static", "skypilot"}:
+    raise ValueError("MERIDIAN_CLOUD_PROVIDER must be 'emulated', 'static' or 'skypilot'")
+# The SkyPilot provider: the interpreter of SkyPilot's environment (ops/install_skypilot.sh
+# prints it), the zones it may launch in (cloud/region/zone, each also a Zone row), the
+# replica's accelerators, engine port, disk, optional image and vLLM release.
+MERIDIAN_SKYPILOT_PYTHON = env_str("MERIDIAN_SKYPILOT_PYTHON", "")
+MERIDIAN_SKYPILOT_ZONES = env_str("MERIDIAN_SKYPILOT_ZONES", "")
+MERIDIAN_SKYPILOT_ACCELERATORS = env_str("MERIDIAN_SKYPILOT_ACCELERATORS", "L4:1")
+MERIDIAN_SKYPILOT_PORT = env_int("MERIDIAN_SKYPILOT_PORT", 8000, minimum=1)
+MERIDIAN_SKYPILOT_DISK_GB = env_int("MERIDIAN_SKYPILOT_DISK_GB", 256, minimum=1)
+MERIDIAN_SKYPILOT_IMAGE_ID = env_str("MERIDIAN_SKYPILOT_IMAGE_ID", "")
+MERIDIAN_SKYPILOT_VLLM_VERSION = env_str("MERIDIAN_SKYPILOT_VLLM_VERSION", "0.32.0")
 # Spot capacity of the emulated cloud: a SkyPilot spot trace (file or folder) replayed
 # at MERIDIAN_CLOUD_TRACE_TIME_SCALE trace seconds per second, else a Poisson model.
 MERIDIAN_CLOUD_SPOT_TRACE = env_str("MERIDIAN_CLOUD_SPOT_TRACE", "")

@@ -161,13 +161,14 @@ def _was_warned(replica: Replica) -> bool:
 
 def _apply_notice(replica: Replica, notice: Notice) -> None:
     replica.state_changed_at = _dt(notice.at)
+    replica.url = notice.url or replica.url
     if notice.event == "running":
         replica.state = Replica.State.STARTING
     else:
         preempted = notice.event == "preempted"
         replica.state = Replica.State.PREEMPTED if preempted else Replica.State.TERMINATED
         replica.terminated_at = _dt(notice.at)
-    replica.save(update_fields=["state", "state_changed_at", "terminated_at"])
+    replica.save(update_fields=["state", "state_changed_at", "terminated_at", "url"])
 
 
 def _record_preemption(replica: Replica) -> None:

@@ -46,13 +46,18 @@ PREEMPTION_WARNING = "preemption-warning"
 class Notice:
     """A state change the provider observed: ``running``, ``preempted`` or ``terminated``;
     or ``preemption-warning``: the cloud announced that it will reclaim this spot
-    instance (at ``preempt_at`` when it said), and the replica is drained at once."""
+    instance (at ``preempt_at`` when it said), and the replica is drained at once.
+
+    ``url``: where a replica that is now running answers, for providers that learn it
+    only then (a cloud's address); empty when the launch already said.
+    """
 
     handle: str
     event: str
     zone: str
     at: float
     preempt_at: float | None = None
+    url: str = ""
 
 
 class CloudProvider(ABC):
