@@ -1,6 +1,16 @@
 from django.urls import path
 
-from console.views import charts, cost, drills, events, regions, replicas, service, simulations
+from console.views import (
+    charts,
+    cost,
+    drills,
+    events,
+    forecast,
+    regions,
+    replicas,
+    service,
+    simulations,
+)
 from console.views.cost_metrics import cost_metrics
 from console.views.overview import overview
 from console.views.topology import topology
@@ -26,6 +36,7 @@ urlpatterns = [
     path("console/drills/<slug:name>", drills.run, name="console-drill-run"),
     path("console/service", service.service_settings, name="console-service"),
     path("console/simulations", simulations.simulations, name="console-simulations"),
+    path("console/forecast", forecast.forecast, name="console-forecast"),
     path(
         "console/simulations/<str:name>",
         simulations.simulation_report,

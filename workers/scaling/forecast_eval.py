@@ -81,3 +81,25 @@ def summarize(errors: Sequence[WindowError]) -> ApeSummary:
         p90_ape=apes[min(n - 1, int(0.9 * n))],
         max_ape=apes[-1],
     )
+
+
+def persistence(
+    series: Sequence[float], *, train_fraction: float = 0.5, lead: int = 2
+) -> list[WindowError]:
+    """The naive baseline on the same test windows: window ``t`` forecast as ``t - lead``."""
+    split = int(len(series) * train_fraction)
+    return [
+        WindowError(t, float(series[t]), float(series[t - lead]))
+        for t in range(split + lead - 1, len(series))
+        if series[t] > 0
+    ]
+
+
+def above(errors: Sequence[WindowError], floor_share: float) -> list[WindowError]:
+    """The windows whose truth is at least ``floor_share`` of the median truth: a
+    recording gap or an outage (a window with a few requests) makes APE meaningless."""
+    if not errors:
+        return []
+    truths = sorted(e.truth for e in errors)
+    floor = floor_share * truths[len(truths) // 2]
+    return [e for e in errors if e.truth >= floor]

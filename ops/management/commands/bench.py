@@ -3,6 +3,7 @@
     manage.py bench routing ...        # routing policies (ops.bench.routing)
     manage.py bench proxy --server both --concurrency 1,32,128 --json var/proxy.json
     manage.py bench predictor --trace conversations.jsonl   # response-length prediction
+    manage.py bench forecaster --servegen DIR --azure CSV   # workload forecast APE
 
 Each benchmark is a module ``ops.bench.<name>`` with ``add_arguments(parser)``
 and ``run(options, stdout)``; this command only builds one argparse subparser per
@@ -19,7 +20,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-BENCHMARKS = ("routing", "proxy", "sim", "predictor")
+BENCHMARKS = ("routing", "proxy", "sim", "predictor", "forecaster")
 
 
 def _module(name: str) -> ModuleType:
