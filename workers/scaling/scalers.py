@@ -8,14 +8,14 @@ with SpotHedge as PreServe's scaler decides how many and SpotHedge decides where
 - ``request-rate``: SkyServe's autoscaler (``autoscaler``), reactive, QPS only;
 - ``preserve``: PreServe's instance scaler (``instance_scaler``) over the forecast and
   the load-look-ahead maps, never below the request-rate autoscaler's N (proactive +
-  reactive).
+  reactive); that floor rises with the autoscaler's up-delay and falls at once.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import ClassVar
 
 from workers.scaling.autoscaler import AutoscalerConfig, AutoscalerState, RequestRateAutoscaler
@@ -70,7 +70,11 @@ class PreServePolicy(ScalingPolicy):
     name = "preserve"
 
     def __init__(self, autoscaler: AutoscalerConfig, scaler: InstanceScalerConfig) -> None:
-        super().__init__(autoscaler, scaler)
+        # The forecast and the once-per-window scale-down own the way down: the reactive
+        # floor keeps its up-delay (a burst shorter than a cold start launches nothing)
+        # but follows the load down at once, or its hysteresis would hold every
+        # replica the forecast lets go.
+        super().__init__(replace(autoscaler, downscale_delay_s=0.0), scaler)
         self.scaler = InstanceScaler(scaler)
 
     def step(
