@@ -71,16 +71,28 @@ def format_demand(results: list[tuple[str, int, DemandResult]]) -> str:
             f" {r.spot_share:>5.0%} {r.peak_replicas:>6}"
         )
     rows.append("")
-    totals: dict[str, list[DemandResult]] = {}
-    for _, _, r in results:
-        totals.setdefault(r.scaler, []).append(r)
-    for name, runs in totals.items():
-        requests = sum(r.requests for r in runs)
-        met = sum(r.slo_attainment * r.requests for r in runs) / requests
-        p99 = sorted(r.p99_normalized_ms_per_token for r in runs)[len(runs) // 2]
-        cost, hours = sum(r.cost for r in runs), sum(r.replica_hours for r in runs)
+    totals: dict[tuple[str, str], list[DemandResult]] = {}
+    for trace, _, r in results:
+        totals.setdefault((trace, r.scaler), []).append(r)
+    summary = {key: _total(runs) for key, runs in totals.items()}
+    for (trace, name), (met, p99, cost, hours) in summary.items():
         rows.append(
-            f"all days {name:<13} SLO met {met:.2%}  median of daily p99 {p99:.2f} ms/token"
-            f"  cost ${cost:.2f}  {hours:.1f} replica-h"
+            f"{trace:<28} all days {name:<13} SLO met {met:.2%}  median daily p99"
+            f" {p99:.2f} ms/token  cost ${cost:.2f}  {hours:.1f} replica-h"
         )
+        base = summary.get((trace, "request-rate"))
+        if name != "request-rate" and base is not None:
+            rows.append(
+                f"{'':<28} {name} vs request-rate: p99 {p99 / base[1] - 1:+.0%},"
+                f" replica-h {hours / base[3] - 1:+.1%}, cost {cost / base[2] - 1:+.1%},"
+                f" SLO met {100 * (met - base[0]):+.2f} points"
+            )
     return "\n".join(rows)
+
+
+def _total(runs: list[DemandResult]) -> tuple[float, float, float, float]:
+    """SLO attainment over all requests, the median daily P99, cost, replica-hours."""
+    requests = sum(r.requests for r in runs)
+    met = sum(r.slo_attainment * r.requests for r in runs) / requests
+    p99 = sorted(r.p99_normalized_ms_per_token for r in runs)[len(runs) // 2]
+    return met, p99, sum(r.cost for r in runs), sum(r.replica_hours for r in runs)

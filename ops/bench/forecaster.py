@@ -1,8 +1,10 @@
 """``manage.py bench forecaster``: the workload forecaster's APE per window, PreServe's way.
 
-    manage.py bench forecaster --servegen ../shared/data/servegen_bailian/language/m-large,\\
-        ../shared/data/servegen_bailian/language/m-mid \\
-        --azure ../shared/data/azure_llm_inference_2023/AzureLLMInferenceTrace_conv.csv
+    manage.py bench forecaster --servegen $SERVEGEN/language/m-large,$SERVEGEN/language/m-mid \\
+        --azure $AZURE/AzureLLMInferenceTrace_conv.csv
+
+``$SERVEGEN``: the ``data/`` folder of github.com/alibaba/ServeGen; ``$AZURE``: the
+``data/`` folder of github.com/Azure/AzurePublicDataset (the 2023 traces).
 
 Each trace is split 1:1 in time (PreServe §5.2.1); the model is fitted on the first
 half, refitted daily (every 144 ten-minute windows) and forecasts each test window two

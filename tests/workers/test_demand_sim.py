@@ -73,8 +73,11 @@ def test_simulate_scaling_prints_both_policies_for_each_day(tmp_path: Path) -> N
         "--days", "2-3", "--peak-rps", "8", stdout=out,
     )  # fmt: skip
     text = out.getvalue()
-    rows = [line for line in text.splitlines() if line.startswith("spot/")]
+    rows = [
+        line for line in text.splitlines() if line.startswith("spot/") and "all days" not in line
+    ]
     assert [line.split()[1:3] for line in rows] == [
         ["2", "request-rate"], ["2", "preserve"], ["3", "request-rate"], ["3", "preserve"],
     ]  # fmt: skip
     assert "all days request-rate" in text and "all days preserve" in text
+    assert "preserve vs request-rate: p99" in text

@@ -19,6 +19,7 @@ def test_every_entry_expires_but_never_within_seconds() -> None:
         "failover-balancers",
         "rollup-metrics",
         "prune-rollups",
+        "forecast-workload",
         "sync-cache-state",
         "scale-services",
     }
