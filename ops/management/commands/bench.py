@@ -20,7 +20,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-BENCHMARKS = ("routing", "proxy", "sim", "predictor", "forecaster")
+BENCHMARKS = ("routing", "proxy", "sim", "predictor", "forecaster", "placement")
 
 
 def _module(name: str) -> ModuleType:
