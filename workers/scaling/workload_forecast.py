@@ -156,8 +156,11 @@ def _holdout_ape(model: WorkloadModel, holdout: np.ndarray) -> float:
     traffic, taking each window as seen."""
     total, count = 0.0, 0
     pending: float | None = None  # the forecast for this window, made two windows back
+    # A recording gap or an outage (a window with a few requests) scores any forecast
+    # of the usual level as a huge APE: such windows do not judge the season.
+    floor = 0.1 * float(np.median(holdout))
     for value in holdout:
-        if pending is not None and value > 0:
+        if pending is not None and value > 0 and value >= floor:
             total += abs(pending - value) / value
             count += 1
         pending = model.forecast(2)[1]
