@@ -105,16 +105,20 @@ class WorkloadModel:
     @classmethod
     def from_dict(cls, data: Mapping[str, object]) -> WorkloadModel:
         """ValueError for anything ``to_dict`` did not write."""
+        raw, alpha, level, index = (
+            data.get(k) for k in ("profiles", "alpha", "level", "next_index")
+        )
+        if not (
+            isinstance(raw, list)
+            and isinstance(alpha, float)
+            and isinstance(level, float)
+            and isinstance(index, int)
+        ):
+            raise ValueError("not a stored workload model: a field is missing or mistyped")
         try:
-            raw = data["profiles"]
-            assert isinstance(raw, list)
             profiles = tuple((int(p), tuple(float(v) for v in values)) for p, values in raw)
-            alpha, level = data["alpha"], data["level"]
-            index = data["next_index"]
-            assert isinstance(alpha, float) and isinstance(level, float)
-            assert isinstance(index, int)
-        except (KeyError, TypeError, ValueError, AssertionError) as exc:
-            raise ValueError(f"not a stored workload model: {exc!r}") from None
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"not a stored workload model: {exc}") from None
         if any(len(values) != period for period, values in profiles):
             raise ValueError("not a stored workload model: a profile's length is not its period")
         return cls(profiles, alpha, level, index)
