@@ -252,6 +252,12 @@ MERIDIAN_KEY_USAGE_PERIOD_S = env_float("MERIDIAN_KEY_USAGE_PERIOD_S", 10.0, min
 MERIDIAN_ROLLUP_PRUNE_PERIOD_S = env_float("MERIDIAN_ROLLUP_PRUNE_PERIOD_S", 600.0, minimum=1.0)
 # Rollups older than this are deleted; the live view only needs the latest (in Redis).
 MERIDIAN_ROLLUP_RETENTION_S = env_float("MERIDIAN_ROLLUP_RETENTION_S", 7 * 86400.0, minimum=60.0)
+# Workload forecaster (workers.forecasting, PreServe §4.1): its beat, window, history
+# read from the rollups (weekly seasonality needs two weeks of it) and refit period.
+MERIDIAN_FORECAST_PERIOD_S = env_float("MERIDIAN_FORECAST_PERIOD_S", 600.0, minimum=10.0)
+MERIDIAN_FORECAST_WINDOW_S = env_float("MERIDIAN_FORECAST_WINDOW_S", 600.0, minimum=60.0)
+MERIDIAN_FORECAST_HISTORY_S = env_float("MERIDIAN_FORECAST_HISTORY_S", 7 * 86400.0, minimum=3600.0)
+MERIDIAN_FORECAST_RETRAIN_S = env_float("MERIDIAN_FORECAST_RETRAIN_S", 86400.0, minimum=60.0)
 # The queue the worker consumes and tasks go to: separate stacks can share one Redis.
 CELERY_TASK_DEFAULT_QUEUE = env_str("MERIDIAN_CELERY_QUEUE", "celery")
 # Drills: how often they poll the balancers' /internal/state, and the allowance on top

@@ -38,6 +38,7 @@ def _periods() -> dict[str, tuple[str, float]]:
         "rollup-metrics": ("workers.tasks.rollup_metrics", s.MERIDIAN_ROLLUP_PERIOD_S),
         "prune-rollups": ("workers.tasks.prune_rollups", s.MERIDIAN_ROLLUP_PRUNE_PERIOD_S),
         "rollup-key-usage": ("workers.tasks.rollup_key_usage", s.MERIDIAN_KEY_USAGE_PERIOD_S),
+        "forecast-workload": ("workers.tasks.forecast_workload", s.MERIDIAN_FORECAST_PERIOD_S),
         "sync-cache-state": ("workers.tasks.sync_cache_state", s.MERIDIAN_CACHE_SYNC_PERIOD_S),
         "scale-services": ("workers.tasks.scale_services", s.MERIDIAN_SCALING_PERIOD_S),
     }

@@ -10,6 +10,7 @@ console's live numbers need no task: balancers publish them to Redis themselves.
 from __future__ import annotations
 
 import functools
+import time
 from typing import Any
 
 from celery.signals import worker_shutdown
@@ -19,6 +20,8 @@ from workers.balancer_probes import probe_balancers as probe_balancers_service
 from workers.balancers import sync_balancer_states
 from workers.cache_sync import sync_cache_state as sync_cache_state_service
 from workers.failover import reconcile_ownership
+from workers.forecasting import ForecastSettings
+from workers.forecasting import forecast_workload as forecast_workload_service
 from workers.key_usage import rollup_key_usage as rollup_key_usage_service
 from workers.probes import probe_replicas as probe_replicas_service
 from workers.providers.base import CloudProvider
@@ -89,6 +92,19 @@ def rollup_key_usage() -> dict[str, int]:
 @control_task()
 def prune_rollups() -> int:
     return prune_rollups_service(retention_s=settings.MERIDIAN_ROLLUP_RETENTION_S)
+
+
+@control_task()
+def forecast_workload() -> list[dict[str, object]]:
+    """Refit (daily) or move on the token-density forecasts; store them for the console."""
+    forecast_settings = ForecastSettings(
+        window_s=settings.MERIDIAN_FORECAST_WINDOW_S,
+        history_s=settings.MERIDIAN_FORECAST_HISTORY_S,
+        retrain_s=settings.MERIDIAN_FORECAST_RETRAIN_S,
+    )
+    with redis_client() as client:
+        results = forecast_workload_service(client, now=time.time(), settings=forecast_settings)
+    return [r.__dict__ for r in results]
 
 
 @control_task()

@@ -5,6 +5,7 @@ from console.views import (
     cost,
     drills,
     events,
+    forecast,
     keys,
     regions,
     replicas,
@@ -37,6 +38,7 @@ urlpatterns = [
     path("console/drills/<slug:name>", drills.run, name="console-drill-run"),
     path("console/service", service.service_settings, name="console-service"),
     path("console/simulations", simulations.simulations, name="console-simulations"),
+    path("console/forecast", forecast.forecast, name="console-forecast"),
     path(
         "console/simulations/<str:name>",
         simulations.simulation_report,

@@ -20,6 +20,7 @@ def test_every_entry_expires_but_never_within_seconds() -> None:
         "rollup-metrics",
         "prune-rollups",
         "rollup-key-usage",
+        "forecast-workload",
         "sync-cache-state",
         "scale-services",
     }

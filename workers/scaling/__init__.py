@@ -17,6 +17,13 @@ the very same objects):
 - ``traces``      SkyPilot spot traces by path; Poisson spot model
 - ``prices``      per-zone spot prices from AWS price-history JSON
 - ``simulate``    virtual-time replay of a trace under a policy
+- ``workload_forecast`` token density per window: MSTL + smoothing (PreServe §4.1)
+- ``forecast_eval`` rolling-origin APE of the forecaster, and the naive baseline
+- ``workload_traces`` per-window demand from ServeGen and Azure trace files
+- ``instance_scaler`` PreServe's instance scaler (§4.3.2): forecast N, overload, scale-down
+- ``scalers``     scaling policies by name: request-rate, preserve (how many)
+- ``demand_sim``  a day of demand under a scaling policy and SpotHedge (fluid serving)
+- ``region_placement`` demand-aware placement across regions within RTT and spill limits
 
 The Django side lives beside the package, in ``workers.scaling_glue``: it reads the
 rows into these dataclasses, launches through a provider (``workers.providers``),

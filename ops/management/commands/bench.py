@@ -4,6 +4,7 @@
     manage.py bench proxy --server both --concurrency 1,32,128 --json var/proxy.json
     manage.py bench predictor --trace conversations.jsonl   # response-length prediction
     manage.py bench key_limits --requests 5000 --processes 2   # per-key limit admission
+    manage.py bench forecaster --servegen DIR --azure CSV   # workload forecast APE
 
 Each benchmark is a module ``ops.bench.<name>`` with ``add_arguments(parser)``
 and ``run(options, stdout)``; this command only builds one argparse subparser per
@@ -20,7 +21,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-BENCHMARKS = ("routing", "proxy", "sim", "predictor", "key_limits")
+BENCHMARKS = ("routing", "proxy", "sim", "predictor", "key_limits", "forecaster", "placement")
 
 
 def _module(name: str) -> ModuleType:

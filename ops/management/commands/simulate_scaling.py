@@ -5,6 +5,12 @@
         [--cold-start-s 183] [--preemption-warning-s 0] \\
         [--prices AWS_COST_DIR --instance-type p3.2xlarge]
 
+    manage.py simulate_scaling --spot-trace PATH --demand SERVEGEN_MODEL_DIR --days 7-13 \\
+        [--scaler request-rate,preserve] [--peak-rps 16] [--replica-rps 2]
+
+With ``--demand``, each day of the ServeGen model is served under each scaling policy
+with SpotHedge placing the replicas (``ops.scaling_demand``).
+
 Each PATH is a SkyPilot trace file (one zone) or a folder of them (one trace per
 instance type, its zones the files sharing it), or a 2020 availability event log
 (``*.out``) or a folder of them: a folder's logs are merged into one multi-zone
@@ -17,10 +23,13 @@ from __future__ import annotations
 
 from argparse import ArgumentParser
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
+from ops.scaling_demand import format_demand, parse_days, run_demand
+from workers.scaling.demand_sim import DemandConfig
 from workers.scaling.fleet import ZoneOffer
 from workers.scaling.prices import ON_DEMAND_LIST_PRICE, load_aws_spot_prices
 from workers.scaling.registry import POLICIES
@@ -98,6 +107,11 @@ class Command(BaseCommand):
         parser.add_argument("--spot-ratio", type=float, default=0.3)
         parser.add_argument("--prices", default="", help="AWS spot price history folder")
         parser.add_argument("--instance-type", default="p3.2xlarge")
+        parser.add_argument("--demand", default="", help="ServeGen model folder: a day's demand")
+        parser.add_argument("--days", default="7-13", help="with --demand: FIRST-LAST or D,D")
+        parser.add_argument("--scaler", default="request-rate,preserve")
+        parser.add_argument("--peak-rps", type=float, default=16.0)
+        parser.add_argument("--replica-rps", type=float, default=2.0)
 
     def handle(self, *args: Any, **options: Any) -> None:
         policies = [p.strip() for p in options["policy"].split(",") if p.strip()]
@@ -117,12 +131,28 @@ class Command(BaseCommand):
             raise CommandError("--preemption-warning-s must be >= 0")
         notes: list[str] = []
         try:
+            if options["demand"]:
+                self.stdout.write(self._demand(paths, options))
+                return
             results = run_simulation(paths, policies, config, self._pricing(options), notes)
         except (OSError, ValueError) as exc:
             raise CommandError(str(exc)) from exc
         for note in notes:
             self.stdout.write(note)
         self.stdout.write(format_table(results))
+
+    def _demand(self, paths: list[str], options: dict[str, Any]) -> str:
+        config = DemandConfig(
+            peak_rps=options["peak_rps"],
+            replica_rps=options["replica_rps"],
+            cold_start_s=options["cold_start_s"],
+            n_extra=options["n_extra"],
+        )
+        pricing = self._pricing(options)
+        traces = [(t, pricing.offers(t)) for p in paths for t in load_spot_traces(p)[0]]
+        scalers = [s.strip() for s in options["scaler"].split(",") if s.strip()]
+        days = parse_days(options["days"])
+        return format_demand(run_demand(Path(options["demand"]), days, traces, scalers, config))
 
     def _pricing(self, options: dict[str, Any]) -> Pricing:
         instance = options["instance_type"]

@@ -1,0 +1,132 @@
+"""PreServe's proactive instance scaler (§4.3.2): how many replicas, window by window.
+
+Two tiers, each correcting the other's blind spot:
+
+* **At each window's start** N comes from the workload forecast of the *next* window
+  and the profiled per-instance capacity (``InstanceCapacity.instances``: PreServe
+  Algorithm 2).  A larger N launches the difference at once, a window ahead of the
+  load, which covers the cold start.  A smaller N scales down, and that is the
+  window's one scale-down (below).
+* **Within the window**, from each ready replica's load-look-ahead map
+  (``routing.core.load_anticipator``): a replica is *potentially overloaded* when its
+  anticipated KV usage exceeds ``overload_usage`` (95 %) of its KV capacity in more
+  than ``overload_share`` (10 %) of the next L iterations, and each one asks for one
+  more replica ("one potentially overloaded instance, one additional instance").  The
+  target becomes ``ready + overloaded``, never less than it was: an overloaded replica
+  whose helper is still cold-starting does not ask twice.
+* **Scale-down is conservative**: only when every ready replica's peak anticipated
+  usage stays below ``underload_usage`` (PreServe's T_u, 30 %) throughout the next L
+  iterations, and at most once per window (thrashing).  It keeps
+  ``ceil(sum of peak usages / T_u)`` replicas: the fleet's peak, packed no fuller
+  than T_u.  The replicas to remove are isolated from routing first and drained by
+  the reconcile step (drain before scale-down); this module only says how many.
+
+``reactive`` is the request-rate autoscaler's N for the same beat: the scaler never
+goes below it (proactive + reactive, the comparison ``simulate_scaling`` makes).  The
+state is plain data; ``now`` is an argument.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class InstanceScalerConfig:
+    window_s: float = 600.0
+    kv_capacity_tokens: int = 65_536  # per replica: the engine's KV cache, in tokens
+    overload_usage: float = 0.95
+    overload_share: float = 0.10
+    underload_usage: float = 0.30
+    min_replicas: int = 1
+    max_replicas: int = 16
+
+    def __post_init__(self) -> None:
+        if self.window_s <= 0 or self.kv_capacity_tokens < 1:
+            raise ValueError("window_s and kv_capacity_tokens must be positive")
+        for name in ("overload_usage", "overload_share", "underload_usage"):
+            if not 0 < getattr(self, name) <= 1:
+                raise ValueError(f"{name} must lie in (0, 1]")
+        if not 0 <= self.min_replicas <= self.max_replicas:
+            raise ValueError("need 0 <= min_replicas <= max_replicas")
+
+
+@dataclass(frozen=True)
+class InstanceScalerState:
+    n_target: int
+    window: int | None = None  # the window whose start was handled
+    scaled_down_in: int | None = None  # the window of the last scale-down
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "n_target": self.n_target,
+            "window": self.window,
+            "scaled_down_in": self.scaled_down_in,
+        }
+
+    @classmethod
+    def from_dict(cls, data: object, default_target: int) -> InstanceScalerState:
+        if not isinstance(data, Mapping) or not isinstance(data.get("n_target"), int):
+            return cls(n_target=default_target)
+        window, down = data.get("window"), data.get("scaled_down_in")
+        return cls(
+            n_target=data["n_target"],
+            window=window if isinstance(window, int) else None,
+            scaled_down_in=down if isinstance(down, int) else None,
+        )
+
+
+@dataclass(frozen=True)
+class ScalerSignals:
+    """What one beat knows: the forecast N for the next window (None: no forecast yet),
+    the reactive N, and each ready replica's look-ahead map (KV tokens per iteration)."""
+
+    forecast_n: int | None
+    reactive_n: int
+    lookaheads: Sequence[Sequence[int]]
+
+
+class InstanceScaler:
+    def __init__(self, config: InstanceScalerConfig) -> None:
+        self.config = config
+
+    def overloaded(self, lookahead: Sequence[int]) -> bool:
+        c = self.config
+        if not lookahead:
+            return False
+        limit = c.overload_usage * c.kv_capacity_tokens
+        over = sum(1 for tokens in lookahead if tokens > limit)
+        return over > c.overload_share * len(lookahead)
+
+    def keep_after_scale_down(self, lookaheads: Sequence[Sequence[int]]) -> int | None:
+        """Replicas to keep when every one stays under T_u; None when one does not."""
+        c = self.config
+        peaks = [max(ahead, default=0) / c.kv_capacity_tokens for ahead in lookaheads]
+        if not peaks or max(peaks) >= c.underload_usage:
+            return None
+        return math.ceil(sum(peaks) / c.underload_usage - 1e-9)
+
+    def step(
+        self, state: InstanceScalerState, now: float, signals: ScalerSignals
+    ) -> InstanceScalerState:
+        c = self.config
+        window = math.floor(now / c.window_s)
+        n, down_in, handled = state.n_target, state.scaled_down_in, state.window
+        if window != state.window and signals.forecast_n is not None:
+            # A window's start, once, when its forecast is there (a late one still counts).
+            if signals.forecast_n < n:
+                down_in = window
+            n, handled = signals.forecast_n, window
+        ready = len(signals.lookaheads)
+        overloaded = sum(1 for ahead in signals.lookaheads if self.overloaded(ahead))
+        if overloaded:
+            n = max(n, ready + overloaded)
+        elif down_in != window:
+            keep = self.keep_after_scale_down(signals.lookaheads)
+            if keep is not None and keep < n:
+                n, down_in = keep, window
+        n = max(n, signals.reactive_n)
+        n = max(c.min_replicas, min(c.max_replicas, n))
+        return InstanceScalerState(n_target=n, window=handled, scaled_down_in=down_in)
