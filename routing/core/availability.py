@@ -140,10 +140,12 @@ def is_available(
     if pushing.mode is PushingMode.BLIND:
         return True
     if pushing.mode is PushingMode.TOKENS and admits is not None:
-        return target.outstanding < limits.max_outstanding and admits(target)
+        return target.global_outstanding < limits.max_outstanding and admits(target)
     if pushing.mode is PushingMode.SP_P and mark.fresh(now, limits.probe_stale_s):
-        return mark.waiting == 0 and mark.unconfirmed < pushing.push_budget
-    return target.outstanding < limits.max_outstanding
+        # Sibling processes' pushes count too: a burst must not pile on through N of them.
+        unconfirmed = mark.unconfirmed + target.peer_unconfirmed
+        return mark.waiting == 0 and unconfirmed < pushing.push_budget
+    return target.global_outstanding < limits.max_outstanding
 
 
 def probe_would_help(
