@@ -19,7 +19,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-BENCHMARKS = ("routing", "proxy", "sim", "predictor")
+BENCHMARKS = ("routing", "proxy", "sim", "predictor", "scaleout")
 
 
 def _module(name: str) -> ModuleType:
