@@ -156,6 +156,9 @@ class SharedStateSync:
         self._script = self._redis.register_script(EXCHANGE)
         self.last_error: str | None = None
         self._dropped_seen = 0
+        # The script's round trip alone (encoding this process's part included), as
+        # opposed to the whole exchange, which also decodes and learns the siblings'.
+        self.last_round_trip_s = 0.0
         router.on_route = self.view.record_route
 
     async def sync(self) -> bool:
@@ -164,6 +167,7 @@ class SharedStateSync:
         started = time.perf_counter()
         try:
             raw = await asyncio.wait_for(self._exchange(sent), self.config.timeout_s)
+            self.last_round_trip_s = time.perf_counter() - started
             result = _parse(raw)
         except (RedisError, OSError, TimeoutError, ValueError, TypeError) as exc:
             view.on_failure(sent)

@@ -19,6 +19,11 @@ to *available* replicas.  Three rules, chosen per service with the
     * a probe older than ``probe_stale_s`` (or none yet) says nothing about
       pending requests: the rule falls back to SP-O's cap until one arrives.
 
+    With N processes behind one balancer address (``routing.core.shared_state``)
+    the other processes' pushes since their own probes count against the same
+    budget, and SP-O's cap counts their outstanding requests too, so a burst
+    cannot pile onto one replica through several processes.
+
 ``sp-o``: selective pushing on *outstanding* requests: fewer than a fixed cap
     (``MERIDIAN_REPLICA_MAX_OUTSTANDING``).  Simple, but the right cap depends on
     the requests' memory footprint, which is why SkyLB prefers SP-P.
