@@ -168,7 +168,7 @@ class SharedStateSync:
         try:
             raw = await asyncio.wait_for(self._exchange(sent), self.config.timeout_s)
             self.last_round_trip_s = time.perf_counter() - started
-            result = _parse(raw)
+            result = _parse(raw, view.process)
         except (RedisError, OSError, TimeoutError, ValueError, TypeError) as exc:
             view.on_failure(sent)
             self.router.apply_peer_loads(view.peer_loads)  # {}: the local view only
@@ -253,8 +253,9 @@ class SharedStateSync:
         self._dropped_seen = self.view.dropped
 
 
-def _parse(raw: object) -> SyncResult:
-    """The script's answer as a ``SyncResult``; unreadable log records are counted."""
+def _parse(raw: object, process: str) -> SyncResult:
+    """The script's answer as a ``SyncResult``; unreadable log records are counted, and
+    this ``process``'s own records are not decoded (it applied them when it decided)."""
     if not isinstance(raw, list) or len(raw) != 2:
         raise SharedStateError(f"unexpected exchange answer: {raw!r:.80}")
     flat, entries = raw
@@ -269,6 +270,8 @@ def _parse(raw: object) -> SyncResult:
     routes: list[LoggedRoute] = []
     for entry_id, fields in entries:
         values = dict(zip(fields[::2], fields[1::2], strict=True))
+        if values.get("p") == process:
+            continue
         try:
             routes.append(
                 LoggedRoute(str(entry_id), str(values["p"]), decode_route(str(values["r"])))
