@@ -11,7 +11,8 @@ atomic on the store:
 2. append the routes decided since the last exchange to the stream
    ``meridian:shared:{<balancer>}:routes`` (``XADD MAXLEN ~``: bounded);
 3. answer the other live processes' snapshots and the log entries after this
-   process's cursor (``XRANGE (cursor + COUNT``).
+   process's cursor (``XRANGE (cursor + COUNT``), less its own (it applied them
+   when it decided), with the id of the last entry read: the next cursor.
 
 The braces are a Redis Cluster hash tag: both keys of a balancer land on one
 slot, which a script touching both needs.  An exchange runs every
@@ -78,8 +79,16 @@ for i = 1, #all, 2 do
     peers[#peers + 1] = string.sub(value, bar + 1)
   end
 end
-local routes = redis.call('XRANGE', KEYS[2], '(' .. ARGV[5], '+', 'COUNT', ARGV[6])
-return {peers, routes}
+local read = redis.call('XRANGE', KEYS[2], '(' .. ARGV[5], '+', 'COUNT', ARGV[6])
+local routes = {}
+for i = 1, #read do
+  local fields = read[i][2]
+  if fields[1] ~= 'p' or fields[2] ~= me then
+    routes[#routes + 1] = read[i]
+  end
+end
+local last = #read > 0 and read[#read][1] or ''
+return {peers, routes, last, #read}
 """
 
 
@@ -255,10 +264,10 @@ class SharedStateSync:
 
 def _parse(raw: object, process: str) -> SyncResult:
     """The script's answer as a ``SyncResult``; unreadable log records are counted, and
-    this ``process``'s own records are not decoded (it applied them when it decided)."""
-    if not isinstance(raw, list) or len(raw) != 2:
+    this ``process``'s own records are skipped (the script leaves them out already)."""
+    if not isinstance(raw, list) or len(raw) != 4:
         raise SharedStateError(f"unexpected exchange answer: {raw!r:.80}")
-    flat, entries = raw
+    flat, entries, last, read = raw
     peers: dict[str, dict[str, ReplicaLoad]] = {}
     unreadable = 0
     for name, value in zip(flat[::2], flat[1::2], strict=True):
@@ -279,5 +288,4 @@ def _parse(raw: object, process: str) -> SyncResult:
         except (KeyError, SharedStateError) as exc:
             unreadable += 1
             logger.warning("shared state: log entry %s unreadable, skipped: %s", entry_id, exc)
-    last_id = str(entries[-1][0]) if entries else None
-    return SyncResult(peers, routes, len(entries), last_id, unreadable)
+    return SyncResult(peers, routes, int(read), str(last) or None, unreadable)
