@@ -27,8 +27,11 @@ from dataclasses import dataclass
 
 import httpx
 import pytest
+import redis
+from django.conf import settings
 
 from ops.stack.plan import shared_port_argv
+from routing.shared_state import loads_key, routes_key
 from tests.support.balancers import (
     MODEL,
     TopologyFactory,
@@ -90,7 +93,15 @@ def region(
     for name, replica_port in ports.items():
         topology.replica(name, place, replica_port)
     env = {**child_env, **SHARED}
+    _forget_shared_state()  # a route log left by an earlier run would steer this one
     yield Region(topology.api_key("scale-out"), ports, env, port)
+    _forget_shared_state()
+
+
+def _forget_shared_state() -> None:
+    client = redis.Redis.from_url(settings.REDIS_URL)
+    client.delete(loads_key("so-lb"), routes_key("so-lb"))
+    client.close()
 
 
 def _slow(region: Region, factor: float) -> None:
