@@ -196,6 +196,16 @@ MERIDIAN_HEARTBEAT_TTL_S = env_float("MERIDIAN_HEARTBEAT_TTL_S", 5.0, minimum=0.
 # this often, and the stream keeps about this many (1 s x 4 balancers x 15 min + slack).
 MERIDIAN_LIVE_PUBLISH_S = env_float("MERIDIAN_LIVE_PUBLISH_S", 1.0, minimum=0.2)
 MERIDIAN_LIVE_STREAM_MAXLEN = env_int("MERIDIAN_LIVE_STREAM_MAXLEN", 4096, minimum=100)
+# N processes behind one balancer address (docs/scale-out.md): how many the stack starts
+# per region (SO_REUSEPORT), and how they share in-flight counts and the prefix index.
+MERIDIAN_PROCESSES = env_int("MERIDIAN_PROCESSES", 2, minimum=1)
+MERIDIAN_SHARED_STATE = env_bool("MERIDIAN_SHARED_STATE", True)
+MERIDIAN_SHARED_SYNC_S = env_float("MERIDIAN_SHARED_SYNC_S", 0.05, minimum=0.01)
+MERIDIAN_SHARED_TIMEOUT_S = env_float("MERIDIAN_SHARED_TIMEOUT_S", 0.25, minimum=0.01)
+MERIDIAN_SHARED_PEER_TTL_S = env_float("MERIDIAN_SHARED_PEER_TTL_S", 2.0, minimum=0.1)
+MERIDIAN_SHARED_ROUTES_MAXLEN = env_int("MERIDIAN_SHARED_ROUTES_MAXLEN", 4096, minimum=64)
+MERIDIAN_SHARED_OUTBOX_MAX = env_int("MERIDIAN_SHARED_OUTBOX_MAX", 4096, minimum=64)
+MERIDIAN_SHARED_WARM_START_S = env_float("MERIDIAN_SHARED_WARM_START_S", 3.0, minimum=0.0)
 # The connect timeout also covers the wait for the event loop to get to the connect: on a
 # busy balancer a burst's connects queue behind the burst itself, so it is not tight.
 MERIDIAN_UPSTREAM_CONNECT_TIMEOUT_S = env_float("MERIDIAN_UPSTREAM_CONNECT_TIMEOUT_S", 5.0)

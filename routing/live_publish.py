@@ -36,6 +36,7 @@ from routing.core.remote import RemoteRouter
 from routing.core.router import LocalRouter
 from routing.core.topology import TopologySnapshot
 from routing.kv_events import KVEventConsumer
+from routing.shared_state import SharedStateSync
 from routing.telemetry import BalancerMetrics, QueueSnapshot
 
 
@@ -57,6 +58,8 @@ class LiveSource(Protocol):
     def kv(self) -> KVEventConsumer: ...
     @property
     def cache_view(self) -> CacheViewMonitor: ...
+    @property
+    def shared(self) -> SharedStateSync | None: ...
     def monotonic(self) -> float: ...
     def inflight(self) -> int: ...
     def queue_snapshots(self) -> list[QueueSnapshot]: ...
@@ -156,6 +159,8 @@ class LivePublisher:
             waiting=sum(t.waiting for t in targets),
             ttft_buckets=rt.metrics.ttft.buckets,
             replicas=replica_rows(rt),
+            process=rt.shared.view.process if rt.shared else "",
+            shared_degraded=rt.shared.view.degraded if rt.shared else False,
         )
 
     async def publish(self, rt: LiveSource) -> None:

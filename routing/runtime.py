@@ -68,6 +68,7 @@ from routing.core.registry import UnknownPolicyError, build_policy, remote_polic
 from routing.core.remote import RemoteRouter, availability_report
 from routing.core.router import LocalRouter
 from routing.core.segments import DEFAULT_CACHE_TOKENS
+from routing.core.shared_state import SharedConfig
 from routing.core.topology import TopologySnapshot
 from routing.dispatch import Dispatcher
 from routing.forecast import build_forecast
@@ -78,6 +79,7 @@ from routing.model_tokens import ModelEncoders
 from routing.peers import AvailabilityPoller, HttpReportFetch, PeerDirectory
 from routing.prober import ReplicaProber
 from routing.queue_pump import QueuePump, Waiter, alive
+from routing.shared_state import SharedStateSync
 from routing.telemetry import BalancerMetrics, QueueSnapshot
 from routing.topology import BalancerNotConfiguredError, load_snapshot_async
 from routing.transport import (
@@ -146,6 +148,9 @@ class BalancerConfig:
     key_limits_timeout_s: float = 0.25
     key_limits_retry_s: float = 1.0
     key_slot_lease_s: float = 900.0
+    shared_state: bool = False
+    shared: SharedConfig = field(default_factory=SharedConfig)
+    shared_warm_start_s: float = 3.0
 
     @classmethod
     def from_settings(cls) -> BalancerConfig:
@@ -200,6 +205,15 @@ class BalancerConfig:
             key_limits_timeout_s=s.MERIDIAN_KEY_LIMITS_TIMEOUT_S,
             key_limits_retry_s=s.MERIDIAN_KEY_LIMITS_RETRY_S,
             key_slot_lease_s=s.MERIDIAN_KEY_SLOT_LEASE_S,
+            shared_state=s.MERIDIAN_SHARED_STATE,
+            shared=SharedConfig(
+                sync_s=s.MERIDIAN_SHARED_SYNC_S,
+                timeout_s=s.MERIDIAN_SHARED_TIMEOUT_S,
+                peer_ttl_s=max(s.MERIDIAN_SHARED_PEER_TTL_S, 2 * s.MERIDIAN_SHARED_SYNC_S),
+                routes_maxlen=s.MERIDIAN_SHARED_ROUTES_MAXLEN,
+                outbox_max=s.MERIDIAN_SHARED_OUTBOX_MAX,
+            ),
+            shared_warm_start_s=s.MERIDIAN_SHARED_WARM_START_S,
         )
 
 
@@ -359,6 +373,18 @@ class BalancerRuntime:
         self.poller = AvailabilityPoller(
             self._report_fetch(), self.remote, on_error=self.metrics.availability_errors.inc
         )
+        # Siblings behind the same address (docs/scale-out.md); None: this process alone.
+        self.shared = (
+            SharedStateSync(
+                config.redis_url,
+                balancer=config.balancer,
+                router=self.router,
+                config=config.shared,
+                registry=self.metrics.registry,
+            )
+            if config.shared_state
+            else None
+        )
         self.snapshot: TopologySnapshot | None = None
         self.topology_error: str | None = None
         self.dead_loops: dict[str, str] = {}
@@ -412,6 +438,10 @@ class BalancerRuntime:
     async def _first_start(self) -> None:
         await self.refresh_topology(raise_errors=True)
         await self._probe_and_warm()
+        if self.shared is not None:
+            # Warm start: siblings' routes before the first request (never routing cold
+            # while the region is warm); Redis down means a cold start, not no start.
+            await self.shared.warm_start(self.config.shared_warm_start_s)
         self._tasks = [
             self._spawn("topology", self.config.topology_refresh_s, self.refresh_topology),
             self._spawn("probe", self.config.probe_interval_s, self._probe_and_warm),
@@ -421,6 +451,8 @@ class BalancerRuntime:
             self._spawn("kv-events", self.config.kv_events_batch_s, self.kv.flush_all),
             self._spawn("live", self.config.live_publish_s, self.publish_live),
         ]
+        if self.shared is not None:
+            self._tasks.append(self._spawn("shared", self.config.shared.sync_s, self.sync_shared))
         await asyncio.gather(
             self.poller.poll_all(), self.exchange_heartbeats(), self.kv.reconcile()
         )
@@ -485,6 +517,10 @@ class BalancerRuntime:
             self.metrics.heartbeat_errors.inc,
         )
 
+    async def sync_shared(self) -> None:
+        if self.shared is not None:
+            await self.shared.sync()
+
     async def publish_live(self) -> None:
         await self.live.publish(self)
 
@@ -527,6 +563,8 @@ class BalancerRuntime:
     def render_metrics(self) -> str:
         self.metrics.set_cache_health(self.kv.health.states, self.cache_view.detector.items())
         self.metrics.set_forecast(self.core.forecast.snapshot(self.loop.time()))
+        if self.shared is not None:
+            self.shared.refresh_gauges()
         return self.metrics.render(self.router, self.remote, self.queue_snapshots())
 
     async def close(self) -> None:
@@ -543,6 +581,7 @@ class BalancerRuntime:
                 ("peer heartbeats", self.peers.close),
                 ("live feed", self.live.close),
                 ("key limits", self.key_limiter.close),
+                *([("shared state", self.shared.close)] if self.shared is not None else []),
             ],
             timeout_s=CLOSE_STEP_TIMEOUT_S,
         )

@@ -149,6 +149,12 @@ class BalancerMetrics:
         self.outstanding = r.gauge(
             "meridian_replica_outstanding", "Requests outstanding per replica.", ["replica"]
         )
+        self.sibling_outstanding = r.gauge(
+            "meridian_replica_sibling_outstanding",
+            "Requests outstanding per replica from the other processes of this balancer "
+            "(as of the last shared-state exchange; docs/scale-out.md).",
+            ["replica"],
+        )
         self.healthy = r.gauge(
             "meridian_replica_healthy", "1 when this balancer routes to the replica.", ["replica"]
         )
@@ -301,6 +307,7 @@ class BalancerMetrics:
         )
         self.peer_outstanding.replace(((link.spec.name,), link.state.outstanding) for link in links)
         self.outstanding.replace(((t.target_id,), t.outstanding) for t in targets)
+        self.sibling_outstanding.replace(((t.target_id,), t.peer_outstanding) for t in targets)
         self.healthy.replace(((t.target_id,), int(t.healthy)) for t in targets)
         self.cached_ratio.replace(
             ((t.target_id,), router.usage(t.target_id).cached_ratio) for t in targets

@@ -51,6 +51,8 @@ BALANCER_ENV = {
     "MERIDIAN_BALANCER": BALANCER,
     "MERIDIAN_REPLICA_MAX_OUTSTANDING": "1024",
     "MERIDIAN_SERVE_STATIC": "false",
+    # The servers compared here play one balancer but are measured apart: not siblings.
+    "MERIDIAN_SHARED_STATE": "false",
 }
 
 

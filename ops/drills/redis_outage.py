@@ -17,6 +17,14 @@ What should happen (SkyLB §3.3: routing runs on HTTP polls, not on Redis):
   on local state and peer polls; the drill's traffic keeps succeeding;
 * converged: after the pause every balancer reports Redis reachable with its
   peers' heartbeats back, and every balancer the database had up is up.
+
+A balancer served by N processes behind one port (docs/scale-out.md) is checked
+process by process: the drill counts each balancer's processes before the pause
+(one plus the siblings a process shares state with), then asks its address over
+fresh connections, which the kernel spreads over the processes, until it has
+heard every one of them.  Each must also report its shared state degraded during
+the pause (routing on its local view) and sharing again with all its siblings
+after it.
 """
 
 from __future__ import annotations
@@ -38,6 +46,9 @@ from ops.drills.targets import DrillError
 from routing.internal_auth import install_headers
 
 KIND = DrillRun.Kind.REDIS_OUTAGE
+# Fresh connections per process asked before giving up on hearing all of them (the
+# kernel spreads connections by a hash: 12 per process miss one with odds < 1/4000).
+SAMPLES_PER_PROCESS = 12
 
 
 def outage_bound() -> float:
@@ -107,6 +118,50 @@ def wait_redis_back(url: str, timeout_s: float) -> str:
     return f"Redis still silent {timeout_s:.0f}s after the pause should have ended"
 
 
+def redis_views(url: str, processes: int, samples: int = 0) -> dict[str, dict[str, Any]]:
+    """The ``redis`` views of up to ``processes`` distinct processes serving ``url``,
+    by process id (a balancer without shared state counts as one process), asking
+    at most ``samples`` times (default: ``SAMPLES_PER_PROCESS`` per process)."""
+    views: dict[str, dict[str, Any]] = {}
+    for _ in range(samples or SAMPLES_PER_PROCESS * processes):
+        view = redis_view(url)
+        if view is None:
+            continue
+        shared = view.get("shared_state")
+        process = str(shared.get("process")) if isinstance(shared, dict) else url
+        views[process] = view
+        if len(views) >= processes:
+            break
+    return views
+
+
+def process_counts(balancers: Iterable[Balancer]) -> dict[str, int]:
+    """Processes behind each balancer's address, as its processes report them now."""
+    counts = {}
+    for b in balancers:
+        # One process's count of its live siblings is enough; a few asks find a live one.
+        views = redis_views(b.url, 1, samples=3)
+        siblings = [
+            int(v["shared_state"].get("peers", 0))
+            for v in views.values()
+            if isinstance(v.get("shared_state"), dict)
+        ]
+        counts[b.name] = 1 + max(siblings, default=0)
+    return counts
+
+
+def _degraded(view: dict[str, Any]) -> bool:
+    shared = view.get("shared_state")
+    return not isinstance(shared, dict) or shared.get("degraded") is True
+
+
+def _sharing(view: dict[str, Any], processes: int) -> bool:
+    shared = view.get("shared_state")
+    if not isinstance(shared, dict):
+        return processes == 1
+    return shared.get("degraded") is False and shared.get("peers") == processes - 1
+
+
 def redis_view(url: str) -> dict[str, Any] | None:
     try:
         response = httpx.get(
@@ -122,28 +177,42 @@ def redis_view(url: str) -> dict[str, Any] | None:
     return view if isinstance(view, dict) else None
 
 
-def redis_seen_down(balancers: Iterable[Balancer]) -> ReactionCheck:
+def redis_seen_down(balancers: Iterable[Balancer], counts: dict[str, int]) -> ReactionCheck:
     chosen = list(balancers)
 
     def check() -> Reaction:
-        still = [b.name for b in chosen if (redis_view(b.url) or {}).get("connected") is not False]
-        if still:
-            return Reaction(False, "still report Redis reachable: " + ", ".join(still))
-        return Reaction(True, f"{len(chosen)} balancers report Redis down, routing on")
+        for b in chosen:
+            want = counts.get(b.name, 1)
+            views = redis_views(b.url, want)
+            if len(views) < want:
+                return Reaction(False, f"{b.name}: heard {len(views)} of {want} processes")
+            for process, view in views.items():
+                if view.get("connected") is not False or not _degraded(view):
+                    return Reaction(False, f"{b.name} ({process}) still reports Redis reachable")
+        total = sum(counts.get(b.name, 1) for b in chosen)
+        return Reaction(
+            True, f"{len(chosen)} balancers ({total} processes) report Redis down, routing on"
+        )
 
     return check
 
 
-def redis_back(balancers: Iterable[Balancer]) -> ReactionCheck:
+def redis_back(balancers: Iterable[Balancer], counts: dict[str, int]) -> ReactionCheck:
     chosen = list(balancers)
     names = {b.name for b in chosen}
 
     def check() -> Reaction:
         for b in chosen:
-            view = redis_view(b.url) or {}
-            beats = set(view.get("heartbeats") or ())
-            if view.get("connected") is not True or not (names - {b.name}) <= beats:
-                return Reaction(False, f"{b.name}: Redis or peers' heartbeats not back yet")
+            want = counts.get(b.name, 1)
+            views = redis_views(b.url, want)
+            if len(views) < want:
+                return Reaction(False, f"{b.name}: heard {len(views)} of {want} processes")
+            for process, view in views.items():
+                beats = set(view.get("heartbeats") or ())
+                if view.get("connected") is not True or not (names - {b.name}) <= beats:
+                    return Reaction(False, f"{b.name}: Redis or peers' heartbeats not back yet")
+                if not _sharing(view, want):
+                    return Reaction(False, f"{b.name} ({process}): not sharing with siblings yet")
         down = Balancer.objects.filter(pk__in=[b.pk for b in chosen], state=Balancer.State.DOWN)
         if down.exists():
             return Reaction(False, "marked down: " + ", ".join(d.name for d in down))
@@ -162,15 +231,16 @@ def redis_outage_plan(duration_s: float, *, redis_url: str | None = None) -> Dri
     live = list(Balancer.objects.filter(state=Balancer.State.UP).order_by("name"))
     if not live:
         raise DrillError("no live balancer to watch")
+    counts = process_counts(live)
 
     return DrillPlan(
         kind=KIND,
         target=f"redis {urlsplit(url).netloc} for {duration_s:g}s",
         bound_s=outage_bound(),
         inject=lambda: pause_redis(url, duration_s),
-        check=redis_seen_down(live),
+        check=redis_seen_down(live, counts),
         restore=lambda: wait_redis_back(url, converge_bound()),
         hold_s=duration_s,
-        converge=redis_back(live),
+        converge=redis_back(live, counts),
         converge_bound_s=converge_bound(),
     )

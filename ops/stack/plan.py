@@ -28,6 +28,8 @@ class StackOptions:
     # proxied request than daphne and no stalls at 128 streams, docs/performance.md);
     # the console stays on daphne (Channels WebSockets).
     balancer_server: str = "uvicorn"
+    # Processes per balancer address (MERIDIAN_PROCESSES; docs/scale-out.md).
+    processes: int = 1
 
 
 BALANCER_SERVERS = ("uvicorn", "daphne")
@@ -71,14 +73,31 @@ def balancer_argv(server: str, host: str, port: int) -> tuple[str, ...]:
     raise ValueError(f"unknown balancer server {server!r}; choose {', '.join(BALANCER_SERVERS)}")
 
 
-def balancer_specs(topology: DemoTopology, server: str = "uvicorn") -> list[ChildSpec]:
+def shared_port_argv(host: str, port: int) -> tuple[str, ...]:
+    """One of N uvicorn processes serving one balancer on ``host:port`` (``SO_REUSEPORT``)."""
+    return python_argv("-m", "ops.stack.serve", "--host", host, "--port", str(port),
+                       "--http", GUARDED_HTTP)  # fmt: skip
+
+
+def balancer_specs(
+    topology: DemoTopology, server: str = "uvicorn", processes: int = 1
+) -> list[ChildSpec]:
+    """``processes`` children per balancer, all on its one port when more than one
+    (docs/scale-out.md); the first keeps the balancer's name, the others get ``#2``..."""
+    if processes < 1:
+        raise ValueError(f"processes per balancer must be at least 1, not {processes}")
+    if processes > 1 and server != "uvicorn":
+        raise ValueError(f"{processes} processes per balancer need uvicorn (SO_REUSEPORT)")
     return [
         ChildSpec(
-            balancer.name,
-            balancer_argv(server, topology.host, balancer.port),
+            balancer.name if index == 1 else f"{balancer.name}#{index}",
+            balancer_argv(server, topology.host, balancer.port)
+            if processes == 1
+            else shared_port_argv(topology.host, balancer.port),
             env={"MERIDIAN_BALANCER": balancer.name, "MERIDIAN_DEMO": "true"},
         )
         for balancer in topology.balancers
+        for index in range(1, processes + 1)
     ]
 
 

@@ -19,6 +19,11 @@ to *available* replicas.  Three rules, chosen per service with the
     * a probe older than ``probe_stale_s`` (or none yet) says nothing about
       pending requests: the rule falls back to SP-O's cap until one arrives.
 
+    With N processes behind one balancer address (``routing.core.shared_state``)
+    the other processes' pushes since their own probes count against the same
+    budget, and SP-O's cap counts their outstanding requests too, so a burst
+    cannot pile onto one replica through several processes.
+
 ``sp-o``: selective pushing on *outstanding* requests: fewer than a fixed cap
     (``MERIDIAN_REPLICA_MAX_OUTSTANDING``).  Simple, but the right cap depends on
     the requests' memory footprint, which is why SkyLB prefers SP-P.
@@ -140,10 +145,12 @@ def is_available(
     if pushing.mode is PushingMode.BLIND:
         return True
     if pushing.mode is PushingMode.TOKENS and admits is not None:
-        return target.outstanding < limits.max_outstanding and admits(target)
+        return target.global_outstanding < limits.max_outstanding and admits(target)
     if pushing.mode is PushingMode.SP_P and mark.fresh(now, limits.probe_stale_s):
-        return mark.waiting == 0 and mark.unconfirmed < pushing.push_budget
-    return target.outstanding < limits.max_outstanding
+        # Sibling processes' pushes count too: a burst must not pile on through N of them.
+        unconfirmed = mark.unconfirmed + target.peer_unconfirmed
+        return mark.waiting == 0 and unconfirmed < pushing.push_budget
+    return target.global_outstanding < limits.max_outstanding
 
 
 def probe_would_help(

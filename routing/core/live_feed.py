@@ -107,6 +107,10 @@ class LiveRecord:
     waiting: int = 0
     ttft_buckets: tuple[float, ...] = ()
     replicas: tuple[ReplicaLive, ...] = field(default=())
+    # Which of the balancer's processes wrote it ("" for a balancer of one process;
+    # docs/scale-out.md), and whether that process routes on its local view only.
+    process: str = ""
+    shared_degraded: bool = False
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), separators=(",", ":"))
@@ -184,10 +188,12 @@ def _rate(records: Sequence[LiveRecord], name: str) -> float:
     return total
 
 
-def _by_balancer(records: Iterable[LiveRecord]) -> dict[str, list[LiveRecord]]:
-    groups: dict[str, list[LiveRecord]] = {}
+def _by_balancer(records: Iterable[LiveRecord]) -> dict[tuple[str, str], list[LiveRecord]]:
+    """Records by writer: each process of a balancer measures its own intervals and
+    counters, so its rates and gauges are its own (and the region's are their sum)."""
+    groups: dict[tuple[str, str], list[LiveRecord]] = {}
     for record in records:
-        groups.setdefault(record.balancer, []).append(record)
+        groups.setdefault((record.balancer, record.process), []).append(record)
     return groups
 
 
@@ -210,6 +216,10 @@ class RegionNumbers:
     oldest_wait_s: float
     waiting: int
     last_ts: float | None  # newest record of the region: "no data since" when old
+    # Balancer processes heard in the window, and those routing on their local view
+    # only because Redis is slow or down (docs/scale-out.md).
+    processes: int = 0
+    degraded: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -270,6 +280,8 @@ def region_numbers(
         oldest_wait_s=round(max((r.oldest_wait_s for r in latest), default=0.0), 3),
         waiting=sum(r.waiting for r in latest),
         last_ts=last_ts,
+        processes=len(latest),
+        degraded=sum(1 for r in latest if r.shared_degraded),
     )
 
 

@@ -113,6 +113,19 @@ class CostModel(Protocol):
         ...
 
 
+@runtime_checkable
+class RouteLearner(Protocol):
+    """A policy with a prefix structure that can learn a sibling process's decision.
+
+    ``routing.core.shared_state`` replays the routes of the other processes behind
+    the same address through this, so each policy's own structure (with its own
+    bound and eviction rule) is the local view of the shared prefix index."""
+
+    def learn_route(self, blocks: Sequence[int], target_id: str) -> None:
+        """``blocks`` (a chained block-hash path) was just sent to ``target_id``."""
+        ...
+
+
 class PolicyBase(ABC):
     """No-op ``on_complete``/``on_targets_changed`` so stateless policies stay small."""
 
@@ -135,11 +148,12 @@ def load_key(target: TargetState) -> tuple[int, int, int, str]:
     """The order "least loaded first" means everywhere in the core.
 
     Outstanding requests come first because this balancer updates them on every
-    dispatch and completion; the probe's waiting/running counts are up to one
-    probe interval old, so they only break ties; the id makes the order total
+    dispatch and completion (its sibling processes' too, through the shared view);
+    the probe's waiting/running counts are up to one probe interval old, so they
+    only break ties; the id makes the order total
     (tests and the simulator rely on determinism).
     """
-    return (target.outstanding, target.waiting, target.running, target.target_id)
+    return (target.global_outstanding, target.waiting, target.running, target.target_id)
 
 
 def least_loaded(candidates: Iterable[TargetState]) -> TargetState | None:

@@ -40,7 +40,8 @@ from routing.core.breaker import Breaker, BreakerConfig
 from routing.core.engine_metrics import EngineLoad
 from routing.core.leases import InflightLedger, Lease
 from routing.core.lora import lora_affinity
-from routing.core.policy import CostModel, Policy
+from routing.core.policy import CostModel, Policy, RouteLearner
+from routing.core.shared_state import ReplicaLoad, RouteRecord
 from routing.core.topology import ModelSpec, ReplicaSpec
 from routing.core.types import RequestDescriptor, TargetState
 
@@ -96,6 +97,8 @@ class LocalRouter:
         self.breaker_config = breaker or BreakerConfig()
         # Called after anything that may make a replica available (queue wake-up).
         self.on_change: Callable[[], None] | None = None
+        # Called with every decision's route, for sibling processes (routing.shared_state).
+        self.on_route: Callable[[RouteRecord], None] | None = None
         self._build_policy = build_policy
         self._targets: dict[str, TargetState] = {}
         self._marks: dict[str, ProbeMark] = {}
@@ -103,6 +106,7 @@ class LocalRouter:
         self._policies: dict[str, tuple[ModelSpec, Policy]] = {}
         self._usage: dict[str, ReplicaUsage] = {}
         self._cost_models: dict[str, CostModel] = {}
+        self._learners: dict[str, RouteLearner] = {}
 
     @property
     def max_outstanding(self) -> int:
@@ -135,6 +139,11 @@ class LocalRouter:
             name: policy
             for name, (_, policy) in self._policies.items()
             if isinstance(policy, CostModel)
+        }
+        self._learners = {
+            name: policy
+            for name, (_, policy) in self._policies.items()
+            if isinstance(policy, RouteLearner)
         }
         after = self._ids_by_model()
         for model, (_, policy) in self._policies.items():
@@ -264,6 +273,8 @@ class LocalRouter:
         mark = self._marks.get(target.target_id)
         if mark is not None:
             mark.on_push()
+        if self.on_route is not None and request.block_hashes:
+            self.on_route(RouteRecord(request.model, target.target_id, request.block_hashes))
 
         def _done(lease: Lease, ok: bool) -> None:
             current = self._marks.get(lease.target.target_id)
@@ -302,6 +313,41 @@ class LocalRouter:
             if old and probe_would_help(t, mark, self.pushing(model), self.limits, now):
                 out.append(t.target_id)
         return sorted(out)
+
+    # -- sibling processes (routing.core.shared_state) ------------------------------------
+
+    def local_loads(self) -> dict[str, ReplicaLoad]:
+        """This process's own load per replica: what it publishes to its siblings."""
+        return {
+            name: ReplicaLoad(
+                self.ledger.outstanding(name),
+                mark.unconfirmed if (mark := self._marks.get(name)) else 0,
+            )
+            for name in sorted(self._targets)
+        }
+
+    def apply_peer_loads(self, loads: Mapping[str, ReplicaLoad]) -> None:
+        """Adopt siblings' merged load ({} drops it: the local view only)."""
+        changed = False
+        for name, target in self._targets.items():
+            load = loads.get(name)
+            outstanding, unconfirmed = (load.outstanding, load.unconfirmed) if load else (0, 0)
+            if (target.peer_outstanding, target.peer_unconfirmed) != (outstanding, unconfirmed):
+                target.peer_outstanding, target.peer_unconfirmed = outstanding, unconfirmed
+                changed = True
+        if changed:
+            self._notify()  # a sibling's finished request may free a replica
+
+    def learn_route(self, record: RouteRecord) -> bool:
+        """Teach the model's policy a sibling's decision; False when it cannot learn it
+        (a replica or model this process does not know, or a policy without a prefix
+        structure)."""
+        target = self._targets.get(record.target)
+        learner = self._learners.get(record.model)
+        if target is None or learner is None or target.model != record.model:
+            return False
+        learner.learn_route(record.blocks, record.target)
+        return True
 
     # -- health and load feedback ---------------------------------------------------------
 

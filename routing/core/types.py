@@ -42,6 +42,10 @@ class TargetState:
     healthy: bool = True
     # Requests this balancer has sent and not yet seen finish.
     outstanding: int = 0
+    # The same for the sibling processes behind this balancer's address, and their
+    # pushes since their own probes (routing.core.shared_state; 0 with one process).
+    peer_outstanding: int = 0
+    peer_unconfirmed: int = 0
     # From the latest probe of the replica's /metrics.
     running: int = 0
     waiting: int = 0
@@ -50,3 +54,8 @@ class TargetState:
     # The adapters the engine is using, from vllm:lora_requests_info (None: not exported).
     lora: LoraInfo | None = None
     extra: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def global_outstanding(self) -> int:
+        """Outstanding requests of every process of this balancer (global least-request)."""
+        return self.outstanding + self.peer_outstanding

@@ -159,6 +159,8 @@ def balancer_state(rt: BalancerRuntime) -> dict[str, Any]:
             "connected": rt.peers.connected,
             "last_error": rt.peers.last_error,
             "heartbeats": sorted(rt.peers.heartbeats),
+            # This process's exchange with its siblings (docs/scale-out.md); None: off.
+            "shared_state": rt.shared.status() if rt.shared else None,
         },
         "dead_loops": dict(rt.dead_loops),
         "faults": _faults_view(rt),

@@ -40,6 +40,7 @@ async def health(request: HttpRequest) -> HttpResponseBase:
             "available_replicas": available,
             "topology_error": runtime.topology_error,
             "redis_connected": runtime.peers.connected,
+            "shared_state": runtime.shared.status() if runtime.shared else None,
             "queue": runtime.queues.total(),
             "dead_loops": runtime.dead_loops,
         },

@@ -24,6 +24,7 @@
     set(card, "inflight", r.inflight + (r.forwarded_inflight ? " (+" + r.forwarded_inflight + " forwarded)" : ""));
     set(card, "queue", r.queue + (r.queue ? " (oldest " + r.oldest_wait_s.toFixed(1) + " s)" : ""));
     set(card, "waiting", String(r.waiting));
+    set(card, "processes", quiet ? "—" : r.processes + (r.degraded ? " (" + r.degraded + " on local view: Redis slow or down)" : ""));
     set(card, "ttft", f.ms(r.ttft_p50_s) + " / " + f.ms(r.ttft_p90_s));
     set(card, "flow", f.pct(r.local_share) + " · " + r.forwarded_in + " / " + r.forwarded_out);
     set(card, "cost", "$" + r.hourly_cost.toFixed(2) + "/h");

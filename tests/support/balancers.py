@@ -110,11 +110,9 @@ def start_replicas(
     return serve_replicas(group, label, ports, *extra, model=model)
 
 
-def start_balancer(
-    group: ProcessGroup, env: dict[str, str], name: str, port: int, **overrides: str
-) -> str:
-    """A daphne balancer process playing ``name``; returns its URL once it routes."""
-    full_env = {
+def balancer_env(env: dict[str, str], name: str, **overrides: str) -> dict[str, str]:
+    """A test balancer's settings: fast periods, so tests wait little."""
+    return {
         **env,
         "MERIDIAN_BALANCER": name,
         "MERIDIAN_TOPOLOGY_REFRESH_S": "0.5",
@@ -125,8 +123,35 @@ def start_balancer(
         "MERIDIAN_AVAILABILITY_TTL_S": "2",
         **overrides,
     }
+
+
+def start_shared_port_balancer(
+    group: ProcessGroup, env: dict[str, str], name: str, port: int, processes: int
+) -> str:
+    """``processes`` uvicorn processes playing ``name`` on one port (``SO_REUSEPORT``),
+    sharing state through Redis; returns the URL once each one answers."""
+    from ops.stack.plan import shared_port_argv
+
+    full_env = balancer_env(env, name, MERIDIAN_SHARED_STATE="1")
+    for index in range(1, processes + 1):
+        group.start(f"{name}#{index}", shared_port_argv("127.0.0.1", port), env=full_env)
+    url = f"http://127.0.0.1:{port}"
+    wait_http(f"{url}/health", timeout=30)
+
+    def all_sharing() -> bool:
+        shared = httpx.get(f"{url}/health").json().get("shared_state") or {}
+        return shared.get("peers") == processes - 1 and shared.get("degraded") is False
+
+    eventually(all_sharing, what=f"{processes} processes of {name} sharing state")
+    return url
+
+
+def start_balancer(
+    group: ProcessGroup, env: dict[str, str], name: str, port: int, **overrides: str
+) -> str:
+    """A daphne balancer process playing ``name``; returns its URL once it routes."""
     argv = ["-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "meridian.asgi:application"]
-    process = group.python(name, *argv, env=full_env)
+    process = group.python(name, *argv, env=balancer_env(env, name, **overrides))
     url = f"http://127.0.0.1:{port}"
     wait_http(f"{url}/health", process=process, timeout=30)
     eventually(lambda: httpx.get(f"{url}/health").status_code == 200, what=f"{name} healthy")

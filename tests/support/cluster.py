@@ -23,6 +23,7 @@ from tests.support.balancers import (
     TopologyFactory,
     kill_process_group,
     start_balancer,
+    start_shared_port_balancer,
     state,
 )
 from tests.support.django_env import child_process_env
@@ -55,12 +56,16 @@ class Cluster:
     key: str = ""
     balancers: dict[str, BalancerProcess] = field(default_factory=dict)
     replicas: dict[str, str] = field(default_factory=dict)  # name -> region
+    # Processes per balancer: more than one share its port (SO_REUSEPORT) and state.
+    processes: int = 1
 
     def region_replicas(self, region: str) -> list[str]:
         return sorted(name for name, r in self.replicas.items() if r == region)
 
     def start_balancer(self, name: str, **overrides: str) -> str:
         lb = self.balancers[name]
+        if self.processes > 1:
+            return start_shared_port_balancer(self.group, self.env, name, lb.port, self.processes)
         url = start_balancer(self.group, self.env, name, lb.port, **overrides)
         lb.process = self.group.processes[-1]
         return url
@@ -126,9 +131,11 @@ def running_cluster(
     rtts: dict[tuple[str, str], float],
     *,
     policy: str = "round_robin",
+    processes: int = 1,
 ) -> Iterator[Cluster]:
-    """``regions``: name -> replica count.  Names: ``<region>-lb``, ``<region>-r<n>``."""
-    cluster = Cluster(group, child_process_env(redis_url), TopologyFactory())
+    """``regions``: name -> replica count.  Names: ``<region>-lb``, ``<region>-r<n>``;
+    ``processes`` per balancer."""
+    cluster = Cluster(group, child_process_env(redis_url), TopologyFactory(), processes=processes)
     try:
         _populate(cluster, regions, rtts, policy)
         yield cluster

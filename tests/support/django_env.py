@@ -17,6 +17,9 @@ def child_process_env(redis_url: str) -> dict[str, str]:
         "DJANGO_SETTINGS_MODULE": "meridian.settings",
         "MERIDIAN_VAR_DIR": str(settings.VAR_DIR),
         "REDIS_URL": redis_url,
+        # Balancer names repeat across tests and runs on one Redis: a test that wants
+        # siblings sharing state (tests/routing/test_scale_out_integration.py) says so.
+        "MERIDIAN_SHARED_STATE": "0",
     }
     if db["ENGINE"].endswith("sqlite3"):
         env["DATABASE_URL"] = f"sqlite:///{Path(db['NAME']).resolve()}"

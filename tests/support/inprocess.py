@@ -88,9 +88,11 @@ def peer_report(name: str, *, available: int = 1, healthy: int = 1) -> Heartbeat
     )
 
 
-def proxy_call(*, stream: bool = False, forwarded: bool = False, rid: str = "rid") -> ProxyCall:
+def proxy_call(
+    *, stream: bool = False, forwarded: bool = False, rid: str = "rid", content: str = "hello"
+) -> ProxyCall:
     raw = json.dumps(
-        {"model": MODEL, "messages": [{"role": "user", "content": "hello"}], "stream": stream}
+        {"model": MODEL, "messages": [{"role": "user", "content": content}], "stream": stream}
     ).encode()
     request = parse_request(raw, Endpoint.CHAT)
     descriptor = describe(

@@ -21,7 +21,16 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-BENCHMARKS = ("routing", "proxy", "sim", "predictor", "key_limits", "forecaster", "placement")
+BENCHMARKS = (
+    "routing",
+    "proxy",
+    "sim",
+    "predictor",
+    "key_limits",
+    "forecaster",
+    "placement",
+    "scaleout",
+)
 
 
 def _module(name: str) -> ModuleType:

@@ -108,7 +108,9 @@ class Command(BaseCommand):
             traffic_rate=s.MERIDIAN_DEMO_TRAFFIC_RATE,
             traffic_duration_s=s.MERIDIAN_DEMO_TRAFFIC_S,
             var_dir=Path(settings.VAR_DIR),
-            balancer_server=self.balancer_server(),
+            balancer_server=(server := self.balancer_server()),
+            # SO_REUSEPORT needs uvicorn; daphne serves one process per balancer.
+            processes=s.MERIDIAN_PROCESSES if server == "uvicorn" else 1,
         )
 
     def balancer_server(self) -> str:
@@ -159,7 +161,7 @@ class Command(BaseCommand):
         probe_replicas(failure_threshold=settings.MERIDIAN_PROBE_FAILURE_THRESHOLD)
         # Balancers, console and Celery come back if they die (replicas do not: drills).
         restartable = [
-            *balancer_specs(topology, opts.balancer_server),
+            *balancer_specs(topology, opts.balancer_server, opts.processes),
             console_spec(opts),
             worker_spec(opts),
         ]

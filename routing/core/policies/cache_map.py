@@ -89,6 +89,11 @@ class CacheMapPolicy(PolicyBase):
     def on_targets_changed(self, target_ids: Sequence[str]) -> None:
         self.cache_map.retain(target_ids)
 
+    def learn_route(self, blocks: Sequence[int], target_id: str) -> None:
+        """A sibling process routed ``blocks`` to ``target_id``: speculate as it did
+        (the engine's KV events confirm or expire the entries in every process)."""
+        self.cache_map.speculate(target_id, blocks[: self.config.max_speculative_blocks])
+
     def _sticky(
         self, request: RequestDescriptor, candidates: Sequence[TargetState]
     ) -> tuple[TargetState | None, int]:

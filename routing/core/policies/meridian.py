@@ -252,6 +252,11 @@ class MeridianPolicy(PolicyBase):
         for target_id in target_ids:
             self._model(target_id)
 
+    def learn_route(self, blocks: Sequence[int], target_id: str) -> None:
+        """A sibling process routed ``blocks`` to ``target_id``: the radix tree learns
+        where the prefix lives; the queued work stays that process's own ledger."""
+        self.tree.insert(blocks, target_id)
+
     # -- the CostModel interface --------------------------------------------------------
 
     def choose(

@@ -78,8 +78,12 @@ class SGLangPolicy(PolicyBase):
     def on_targets_changed(self, target_ids: Sequence[str]) -> None:
         self.tree.retain_tenants(target_ids)
 
+    def learn_route(self, blocks: Sequence[int], target_id: str) -> None:
+        """A sibling process routed ``blocks`` to ``target_id``: as if this one had."""
+        self.tree.insert(blocks, target_id)
+
     def imbalanced(self, candidates: Sequence[TargetState]) -> bool:
-        loads = [t.outstanding for t in candidates]
+        loads = [t.global_outstanding for t in candidates]
         high, low = max(loads), min(loads)
         return (
             high - low > self.config.balance_abs_threshold

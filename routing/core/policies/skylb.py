@@ -69,6 +69,10 @@ class SkyLBPolicy(PolicyBase):
     def on_targets_changed(self, target_ids: Sequence[str]) -> None:
         self.trie.retain_targets(target_ids)
 
+    def learn_route(self, blocks: Sequence[int], target_id: str) -> None:
+        """A sibling process routed ``blocks`` to ``target_id``: as if this one had."""
+        self.trie.insert(blocks, target_id)
+
     def _best_match(
         self, request: RequestDescriptor, candidates: Sequence[TargetState]
     ) -> TargetState | None:

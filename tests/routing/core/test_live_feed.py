@@ -133,3 +133,18 @@ def test_records_round_trip_and_bad_ones_are_skipped() -> None:
     assert shown is not None and shown["reported_by"] == "a" and shown["lookahead"] == (1, 2)
     assert replica_row("r2", live) is None
     assert last_seen(decoded) == {"a": 10.0}
+
+
+def test_processes_of_one_balancer_add_up_and_say_when_they_route_alone() -> None:
+    # Two processes behind one address, each 10 requests/s over its own one-second
+    # intervals: the region serves 20/s, and holds both processes' requests in flight.
+    records = [
+        record("lb", t, requests=10, process=p, inflight=3, shared_degraded=(p == "p2"))
+        for t in (1.0, 2.0, 3.0)
+        for p in ("p1", "p2")
+    ]
+    numbers = region_numbers(records, now=3.0)
+    assert numbers.rps == 20.0 and numbers.inflight == 6
+    assert (numbers.processes, numbers.degraded) == (2, 1)
+    (again,) = decode_all([records[1].to_json()])
+    assert (again.process, again.shared_degraded) == ("p2", True)
