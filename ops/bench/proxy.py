@@ -19,19 +19,23 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import random
 import signal
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
+import psutil
 from django.conf import settings
 
 from ops.bench.driver import LoadGenerator, UsageMonitor, py_spy_recording
 from ops.bench.fixture import MODEL, SERVERS, BenchFixture
 from ops.bench.loadgen import Phase
+from ops.bench.peers import Installed, install_all, running_peers
 from ops.bench.report import DIRECT, Pooled, Row, compare, format_table, write_json
 
 MODES = ("stream", "nonstream")
@@ -106,6 +110,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="record each balancer phase with py-spy (collapsed stacks) here",
     )
     parser.add_argument("--json", type=Path, metavar="PATH", help="also save the rows as JSON")
+    parser.add_argument(
+        "--peers",
+        action="store_true",
+        help="also run vllm-router and sglang-router (installed on demand into their own "
+        "environments in the user's cache directory; skipped with a note when unavailable)",
+    )
+    parser.add_argument(
+        "--idle-window",
+        type=float,
+        default=5.0,
+        help="seconds over which each router's idle CPU is measured (default 5)",
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,6 +134,7 @@ class Targets:
     api_key: str
     model: str
     policy: str
+    notes: tuple[str, ...] = ()
 
 
 def run(options: Any, stdout: TextIO) -> list[Row]:
@@ -129,15 +146,53 @@ def run(options: Any, stdout: TextIO) -> list[Row]:
         stdout.flush()
         with LoadGenerator(Path(settings.BASE_DIR)) as generator:
             rows = run_matrix(opts, targets, generator, stdout)
+            idle = idle_cpu(targets, float(opts.get("idle_window", 5.0)))
+    stdout.write(format_idle(idle) + _load_line())
     stdout.write(format_table(rows))
     if opts.get("json"):
         meta = {k: v for k, v in opts.items() if k in _META_KEYS}
-        write_json(Path(opts["json"]), rows, {**meta, "policy": targets.policy})
+        extra = {"policy": targets.policy, "idle_cpu_cores": idle, "notes": list(targets.notes),
+                 "load_average": list(os.getloadavg())}  # fmt: skip
+        write_json(Path(opts["json"]), rows, {**meta, **extra})
     return rows
 
 
+def idle_cpu(targets: Targets, window_s: float) -> dict[str, float]:
+    """Each router's CPU seconds per wall second while nothing is sent (probes, timers).
+
+    All routers are watched over the same window, after the load, with every
+    backend healthy.
+    """
+    processes = {name: psutil.Process(pid) for name, pid in targets.pids.items() if pid}
+    if not processes or window_s <= 0:
+        return {}
+    time.sleep(1.0)  # let the last phase's connections wind down
+    start = {name: _cpu_s(process) for name, process in processes.items()}
+    began = time.monotonic()
+    time.sleep(window_s)
+    wall = time.monotonic() - began
+    return {name: (_cpu_s(process) - start[name]) / wall for name, process in processes.items()}
+
+
+def _cpu_s(process: psutil.Process) -> float:
+    times = process.cpu_times()
+    return float(times.user + times.system)
+
+
+def format_idle(idle: dict[str, float]) -> str:
+    if not idle:
+        return ""
+    cells = ", ".join(f"{name} {cores:.4f}" for name, cores in idle.items())
+    return f"idle CPU (cores, nothing sent): {cells}\n"
+
+
+def _load_line() -> str:
+    one, five, fifteen = os.getloadavg()
+    return f"load average {one:.2f} {five:.2f} {fifteen:.2f} on {os.cpu_count()} CPUs\n"
+
+
 _META_KEYS = ("concurrency", "mode", "requests", "duration", "rounds", "prompt_tokens",
-              "max_tokens", "server", "replicas", "pushing")  # fmt: skip
+              "max_tokens", "server", "replicas", "pushing", "peers")  # fmt: skip
 
 
 def run_matrix(
@@ -247,6 +302,7 @@ def _targets(opts: dict[str, Any]) -> Iterator[Targets]:
         )
         return
     servers = list(SERVERS) if opts.get("server") == "both" else [opts.get("server", "daphne")]
+    installed = install_all() if opts.get("peers") else Installed()
     fixture = BenchFixture.start(
         servers,
         opts.get("replicas", 4),
@@ -255,9 +311,14 @@ def _targets(opts: dict[str, Any]) -> Iterator[Targets]:
         opts.get("base_tree"),
     )
     try:
-        pids: dict[str, int | None] = {s: fixture.pid_of(s) for s in fixture.balancers}
-        yield Targets(fixture.backends, fixture.balancers, pids, fixture.api_key, model,
-                      fixture.policy)  # fmt: skip
+        logs = Path(fixture.workdir.name) / "logs"
+        with running_peers(installed, fixture.backends, logs) as peers:
+            balancers = dict(fixture.balancers)
+            pids: dict[str, int | None] = {s: fixture.pid_of(s) for s in fixture.balancers}
+            for peer in peers:
+                balancers[peer.name], pids[peer.name] = peer.url, peer.process.pid
+            yield Targets(fixture.backends, balancers, pids, fixture.api_key, model,
+                          fixture.policy, tuple(installed.notes))  # fmt: skip
     finally:
         fixture.stop()
 
@@ -275,8 +336,9 @@ def _check_options(opts: dict[str, Any]) -> None:
 
 def _banner(targets: Targets) -> str:
     balancers = ", ".join(f"{name} {url}" for name, url in targets.balancers.items())
+    notes = "".join(f"  note: {note}\n" for note in targets.notes)
     return (f"bench proxy: {len(targets.backends)} backend(s) direct vs {balancers}; "
-            f"model {targets.model}, policy {targets.policy}\n")  # fmt: skip
+            f"model {targets.model}, policy {targets.policy}\n{notes}{_load_line()}")  # fmt: skip
 
 
 @contextlib.contextmanager
