@@ -35,6 +35,7 @@ import ssl
 import weakref
 from collections import deque
 from collections.abc import AsyncIterator, Mapping
+from typing import cast
 from urllib.parse import urlsplit
 
 import httptools
@@ -78,8 +79,9 @@ class _Connection(asyncio.Protocol):
 
     # -- asyncio.Protocol -----------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # A stream transport, but not necessarily an asyncio.Transport subclass: uvloop's
+        # TCPTransport is not one, and uvicorn runs on uvloop whenever it is installed.
+        self.transport = cast(asyncio.Transport, transport)
 
     def data_received(self, data: bytes) -> None:
         self.received = True
