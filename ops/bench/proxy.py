@@ -33,7 +33,7 @@ import psutil
 from django.conf import settings
 
 from ops.bench.driver import LoadGenerator, UsageMonitor, py_spy_recording
-from ops.bench.fixture import MODEL, SERVERS, BenchFixture
+from ops.bench.fixture import MODEL, SERVERS, VARIANTS, BenchFixture
 from ops.bench.loadgen import Phase
 from ops.bench.peers import Installed, install_all, running_peers
 from ops.bench.report import DIRECT, Pooled, Row, compare, format_table, write_json
@@ -74,9 +74,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument(
         "--server",
-        choices=(*SERVERS, "both"),
-        default="daphne",
-        help="ASGI server(s) for the balancer this command starts",
+        type=_server_list,
+        default=["daphne"],
+        help=f"ASGI server(s) for the balancers this command starts, comma-separated from "
+        f"{', '.join((*SERVERS, *VARIANTS))}, or 'both' (daphne and uvicorn)",
+    )
+    parser.add_argument(
+        "--balancer-env",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="an environment variable for the balancer processes only (repeatable)",
     )
     parser.add_argument("--replicas", type=int, default=4)
     parser.add_argument("--policy", default="", help="routing policy (default: skylb if known)")
@@ -301,7 +309,8 @@ def _targets(opts: dict[str, Any]) -> Iterator[Targets]:
             policy="(existing deployment)",
         )
         return
-    servers = list(SERVERS) if opts.get("server") == "both" else [opts.get("server", "daphne")]
+    servers = _server_list(opts.get("server") or "daphne")
+    extra_env = dict(item.split("=", 1) for item in opts.get("balancer_env") or [])
     installed = install_all() if opts.get("peers") else Installed()
     fixture = BenchFixture.start(
         servers,
@@ -309,6 +318,7 @@ def _targets(opts: dict[str, Any]) -> Iterator[Targets]:
         opts.get("policy", ""),
         opts.get("pushing", "sp-o"),
         opts.get("base_tree"),
+        extra_env,
     )
     try:
         logs = Path(fixture.workdir.name) / "logs"
@@ -330,6 +340,9 @@ def _check_options(opts: dict[str, Any]) -> None:
         raise ValueError("--balancer needs the backends behind it: --backend URL (repeatable)")
     if any(c < 1 for c in opts["concurrency"]) or opts.get("rounds", 1) < 1:
         raise ValueError("--concurrency values and --rounds must be at least 1")
+    for item in opts.get("balancer_env") or []:
+        if "=" not in item or not item.split("=", 1)[0]:
+            raise ValueError(f"--balancer-env expects NAME=VALUE, got {item!r}")
     if opts["prompt_tokens"] < 1 or opts["max_tokens"] < 1:
         raise ValueError("--prompt-tokens and --max-tokens must be at least 1")
 
@@ -356,6 +369,22 @@ def _stop_on_sigterm() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def _server_list(value: str | list[str]) -> list[str]:
+    """``--server``: 'both', or names from SERVERS and VARIANTS, comma-separated."""
+    if isinstance(value, list):
+        return value
+    if value == "both":
+        return list(SERVERS)
+    names = [part.strip() for part in value.split(",") if part.strip()]
+    unknown = [name for name in names if name not in (*SERVERS, *VARIANTS)]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(
+            f"unknown server(s) {', '.join(unknown) or value!r}; "
+            f"choose from {', '.join((*SERVERS, *VARIANTS))} or 'both'"
+        )
+    return names
 
 
 def _int_list(text: str) -> list[int]:

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from django.core.management import CommandError, call_command
 
+from ops.bench.proxy import _server_list
 from ops.bench.report import COLUMNS, Pooled, compare, percentile
 from ops.embedded_redis import EmbeddedRedis
 from tests.support.commands import run_command
@@ -76,3 +77,12 @@ def test_percentiles_are_nearest_rank_and_rows_subtract_the_direct_baseline() ->
     assert row.balancer_cpu_share == pytest.approx(0.25)
     assert row.balancer_cpu_ms_per_request == pytest.approx(50)
     assert row.balancer_rss_mib == pytest.approx(100)
+
+
+def test_servers_are_a_comma_separated_list_and_unknown_ones_are_refused() -> None:
+    assert _server_list("both") == ["daphne", "uvicorn"]
+    assert _server_list("uvicorn,uvicorn-asyncio") == ["uvicorn", "uvicorn-asyncio"]
+    with pytest.raises(CommandError, match="unknown server"):
+        call_command("bench", "proxy", "--server", "uvicorn,gunicorn", stdout=io.StringIO())
+    with pytest.raises(CommandError, match="NAME=VALUE"):
+        call_command("bench", "proxy", "--balancer-env", "NOEQUALS", stdout=io.StringIO())
