@@ -75,9 +75,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--server",
         type=_server_list,
-        default=["daphne"],
+        default=["uvicorn"],
         help=f"ASGI server(s) for the balancers this command starts, comma-separated from "
-        f"{', '.join((*SERVERS, *VARIANTS))}, or 'both' (daphne and uvicorn)",
+        f"{', '.join((*SERVERS, *VARIANTS))}, or 'both' (daphne and uvicorn); default uvicorn, "
+        "the server the balancers run under (docs/performance.md)",
     )
     parser.add_argument(
         "--balancer-env",
@@ -309,7 +310,7 @@ def _targets(opts: dict[str, Any]) -> Iterator[Targets]:
             policy="(existing deployment)",
         )
         return
-    servers = _server_list(opts.get("server") or "daphne")
+    servers = _server_list(opts.get("server") or "uvicorn")
     extra_env = dict(item.split("=", 1) for item in opts.get("balancer_env") or [])
     installed = install_all() if opts.get("peers") else Installed()
     fixture = BenchFixture.start(

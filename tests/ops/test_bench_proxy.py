@@ -1,8 +1,8 @@
 """``manage.py bench proxy``: a tiny real run, and the report's arithmetic.
 
 The smoke test starts the command's own loopback stack (zero-compute replicas,
-a throwaway database, a daphne balancer) and checks the table's shape and that
-every request of every phase succeeded.  No timing is asserted: the bench
+a throwaway database, a uvicorn balancer: the default server) and checks the
+table's shape and that every request of every phase succeeded.  No timing is asserted: the bench
 reports ratios, and this machine's speed is not the test's business.
 """
 
@@ -36,10 +36,10 @@ def test_tiny_run_prints_every_row_and_every_request_succeeds(
     for header, _, _ in COLUMNS:
         assert header in table[0]
     assert [line.split()[:3] for line in table[1:]] == [
-        ["stream", "1", "daphne"],
-        ["stream", "4", "daphne"],
-        ["nonstream", "1", "daphne"],
-        ["nonstream", "4", "daphne"],
+        ["stream", "1", "uvicorn"],
+        ["stream", "4", "uvicorn"],
+        ["nonstream", "1", "uvicorn"],
+        ["nonstream", "4", "uvicorn"],
     ]
 
     rows = json.loads(saved.read_text())["rows"]
