@@ -116,7 +116,7 @@ class BalancerConfig:
     retry_after_s: int
     peer_queue_buffer: int
     probe_stale_s: float = 2.0
-    probe_idle_interval_s: float = 2.0
+    probe_idle_interval_s: float = 5.0
     upstream_warm_connections: int = 8
     retry_backoff_s: float = 0.025
     retry_backoff_max_s: float = 0.5
@@ -427,8 +427,8 @@ class BalancerRuntime:
         return task
 
     def _spawn_probe_loop(self) -> asyncio.Task[None]:
-        """Probe rounds every ``probe_interval_s`` under traffic, less often idle
-        (``routing.core.probe_schedule``)."""
+        """Probe rounds every ``probe_interval_s`` under traffic, less often idle; the
+        first tick that sees traffic again probes at once (``routing.core.probe_schedule``)."""
         config = self.config
         schedule = ProbeSchedule(
             config.probe_interval_s, max(config.probe_interval_s, config.probe_idle_interval_s)
@@ -436,14 +436,15 @@ class BalancerRuntime:
 
         async def loop() -> None:
             while True:
+                await asyncio.sleep(config.probe_interval_s)
                 # An unhealthy replica keeps the base interval: readmitting it waits on probes.
                 busy = (
                     self.inflight() > 0
                     or self.queues.total() > 0
                     or not all(t.healthy for t in self.router.targets())
                 )
-                await asyncio.sleep(schedule.next_delay(self.router.ledger.acquired, busy))
-                await self._probe_and_warm()
+                if schedule.tick(self.router.ledger.acquired, busy):
+                    await self._probe_and_warm()
 
         task = self.loop.create_task(loop(), name="meridian-probe")
         task.add_done_callback(lambda t: self._loop_ended("probe", t))

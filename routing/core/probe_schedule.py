@@ -1,27 +1,30 @@
-"""How long the balancer's probe loop waits before its next round (pure, no clock).
+"""When the balancer's probe loop runs a probe round (pure, no clock).
 
-While requests come in, the loop probes every ``base_s`` (``MERIDIAN_PROBE_INTERVAL_S``):
+While requests come in, a round runs every ``base_s`` (``MERIDIAN_PROBE_INTERVAL_S``):
 SP-P availability and the load-aware policies need sub-second load numbers.  An idle
 balancer does not: each round is a ``/metrics`` request and parse per replica, which was
-most of an idle balancer's CPU.  So each round that saw no traffic doubles the wait, up
-to ``idle_max_s`` (``MERIDIAN_PROBE_IDLE_INTERVAL_S``); the first round that sees traffic
-goes back to ``base_s``.
+most of an idle balancer's CPU.  So after a round that saw no traffic the gap to the next
+one doubles, up to ``idle_max_s`` (``MERIDIAN_PROBE_IDLE_INTERVAL_S``).
 
-"Traffic" is any request acquired since the last round (a cumulative count, so a request
-that started and finished between two rounds counts), any request still in flight, or any
-request waiting in a queue; the glue also keeps the base interval while any replica is
-unhealthy, since readmitting it waits on good probes.  A replica that dies while the
-balancer is idle is seen by the next round, at most ``idle_max_s`` later, or by the
-first request sent to it, which fails over.  A request that waits for a probe does not wait for the
-schedule: the queue asks for early probes itself (``ReplicaProber.probe_soon``), and a
-probe older than ``MERIDIAN_PROBE_STALE_S`` makes SP-P fall back to SP-O's cap.
+The loop still wakes every ``base_s`` and calls ``tick``, which costs no I/O: the first
+tick that sees traffic runs a round at once and goes back to ``base_s``.  Requests that
+arrive after a quiet spell therefore find load numbers at most ``base_s`` older than
+under steady traffic, and a probe older than ``MERIDIAN_PROBE_STALE_S`` makes SP-P fall
+back to SP-O's cap meanwhile, as it always does.
+
+"Traffic" is any request acquired since the last tick (a cumulative count, so a request
+that started and finished between two ticks counts), any request still in flight, or any
+request waiting in a queue; the glue also counts any unhealthy replica, since readmitting
+it waits on good probes.  A replica that dies while the balancer is idle is seen by the
+next round, at most ``idle_max_s`` later, or by the first request sent to it, which
+fails over.
 """
 
 from __future__ import annotations
 
 
 class ProbeSchedule:
-    """The delay before each probe round, from what the balancer did since the last one."""
+    """Whether a probe round is due at each tick of ``base_s``."""
 
     def __init__(self, base_s: float, idle_max_s: float) -> None:
         if base_s <= 0:
@@ -33,15 +36,24 @@ class ProbeSchedule:
             )
         self.base_s = base_s
         self.idle_max_s = idle_max_s
-        self.delay_s = base_s
+        self.gap_s = base_s  # between the last round and the next one
+        self._waited_s = 0.0
         self._acquired: int | None = None
 
-    def next_delay(self, acquired: int, busy: bool) -> float:
-        """The wait before the next round.
+    def tick(self, acquired: int, busy: bool) -> bool:
+        """Called every ``base_s``: run a probe round now?
 
         ``acquired``: requests acquired so far (cumulative); ``busy``: any in flight or
         queued now."""
         active = busy or acquired != self._acquired
         self._acquired = acquired
-        self.delay_s = self.base_s if active else min(self.idle_max_s, self.delay_s * 2)
-        return self.delay_s
+        if active:
+            self.gap_s, self._waited_s = self.base_s, 0.0
+            return True
+        self._waited_s += self.base_s
+        # A small tolerance: sums of base_s land just under a multiple of it.
+        if self._waited_s + 1e-9 < self.gap_s:
+            return False
+        self._waited_s = 0.0
+        self.gap_s = min(self.idle_max_s, self.gap_s * 2)
+        return True
