@@ -131,6 +131,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=5.0,
         help="seconds over which each router's idle CPU is measured (default 5)",
     )
+    parser.add_argument(
+        "--idle-settle",
+        type=float,
+        default=10.0,
+        help="seconds of quiet after the load before the idle window opens (default 10: "
+        "Meridian's probe rounds space out over a few quiet rounds)",
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,7 +162,9 @@ def run(options: Any, stdout: TextIO) -> list[Row]:
         stdout.flush()
         with LoadGenerator(Path(settings.BASE_DIR)) as generator:
             rows = run_matrix(opts, targets, generator, stdout)
-            idle = idle_cpu(targets, float(opts.get("idle_window", 5.0)))
+            idle = idle_cpu(
+                targets, float(opts.get("idle_window", 5.0)), float(opts.get("idle_settle", 10.0))
+            )
     stdout.write(format_idle(idle) + _load_line())
     stdout.write(format_table(rows))
     if opts.get("json"):
@@ -166,16 +175,17 @@ def run(options: Any, stdout: TextIO) -> list[Row]:
     return rows
 
 
-def idle_cpu(targets: Targets, window_s: float) -> dict[str, float]:
+def idle_cpu(targets: Targets, window_s: float, settle_s: float = 10.0) -> dict[str, float]:
     """Each router's CPU seconds per wall second while nothing is sent (probes, timers).
 
-    All routers are watched over the same window, after the load, with every
-    backend healthy.
+    All routers are watched over the same window, ``settle_s`` after the load (the
+    last phase's connections wind down, and Meridian's probe schedule reaches its
+    idle gap), with every backend healthy.
     """
     processes = {name: psutil.Process(pid) for name, pid in targets.pids.items() if pid}
     if not processes or window_s <= 0:
         return {}
-    time.sleep(1.0)  # let the last phase's connections wind down
+    time.sleep(max(0.0, settle_s))
     start = {name: _cpu_s(process) for name, process in processes.items()}
     began = time.monotonic()
     time.sleep(window_s)
@@ -201,7 +211,8 @@ def _load_line() -> str:
 
 
 _META_KEYS = ("concurrency", "mode", "requests", "duration", "rounds", "prompt_tokens",
-              "max_tokens", "server", "replicas", "pushing", "peers")  # fmt: skip
+              "max_tokens", "server", "replicas", "pushing", "peers", "idle_window",
+              "idle_settle")  # fmt: skip
 
 
 def run_matrix(

@@ -67,7 +67,8 @@ def test_tiny_run_with_the_peers_gives_every_router_a_row(
     saved = tmp_path / "proxy.json"
     text = run_command(
         "bench", "proxy", "--peers", "--server", "uvicorn", "--concurrency", "2",
-        "--requests", "6", "--idle-window", "0.5", "--json", str(saved),
+        "--requests", "6", "--idle-window", "0.5", "--idle-settle", "0",
+        "--json", str(saved),
     )  # fmt: skip
     data = json.loads(saved.read_text())
     servers = ["uvicorn", "vllm-router", "sglang-router"]
