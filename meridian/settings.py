@@ -189,6 +189,8 @@ MERIDIAN_TOPOLOGY_REFRESH_S = env_float("MERIDIAN_TOPOLOGY_REFRESH_S", 2.0, mini
 # In-process replica /metrics probe period: SP-P selective pushing reads waiting requests
 # from it, so it is sub-second (routing.prober).
 MERIDIAN_PROBE_INTERVAL_S = env_float("MERIDIAN_PROBE_INTERVAL_S", 0.25, minimum=0.05)
+# With no traffic the gap between probe rounds doubles up to this (routing.core.probe_schedule).
+MERIDIAN_PROBE_IDLE_INTERVAL_S = env_float("MERIDIAN_PROBE_IDLE_INTERVAL_S", 5.0, minimum=0.05)
 MERIDIAN_PROBE_TIMEOUT_S = env_float("MERIDIAN_PROBE_TIMEOUT_S", 1.0, minimum=0.05)
 MERIDIAN_HEARTBEAT_INTERVAL_S = env_float("MERIDIAN_HEARTBEAT_INTERVAL_S", 1.0, minimum=0.1)
 MERIDIAN_HEARTBEAT_TTL_S = env_float("MERIDIAN_HEARTBEAT_TTL_S", 5.0, minimum=0.5)

@@ -64,6 +64,7 @@ from routing.core.lora import AdapterDirectory
 from routing.core.peers import Heartbeat
 from routing.core.pending_queue import RegionalQueues
 from routing.core.policy import Policy
+from routing.core.probe_schedule import ProbeSchedule
 from routing.core.registry import UnknownPolicyError, build_policy, remote_policy_name
 from routing.core.remote import RemoteRouter, availability_report
 from routing.core.router import LocalRouter
@@ -118,6 +119,7 @@ class BalancerConfig:
     retry_after_s: int
     peer_queue_buffer: int
     probe_stale_s: float = 2.0
+    probe_idle_interval_s: float = 5.0
     upstream_warm_connections: int = 8
     retry_backoff_s: float = 0.025
     retry_backoff_max_s: float = 0.5
@@ -175,6 +177,7 @@ class BalancerConfig:
             retry_after_s=s.MERIDIAN_RETRY_AFTER_S,
             peer_queue_buffer=s.MERIDIAN_PEER_QUEUE_BUFFER,
             probe_stale_s=s.MERIDIAN_PROBE_STALE_S,
+            probe_idle_interval_s=s.MERIDIAN_PROBE_IDLE_INTERVAL_S,
             upstream_warm_connections=s.MERIDIAN_UPSTREAM_WARM_CONNECTIONS,
             retry_backoff_s=s.MERIDIAN_RETRY_BACKOFF_S,
             retry_backoff_max_s=s.MERIDIAN_RETRY_BACKOFF_MAX_S,
@@ -444,7 +447,7 @@ class BalancerRuntime:
             await self.shared.warm_start(self.config.shared_warm_start_s)
         self._tasks = [
             self._spawn("topology", self.config.topology_refresh_s, self.refresh_topology),
-            self._spawn("probe", self.config.probe_interval_s, self._probe_and_warm),
+            self._spawn_probe_loop(),
             self._spawn("availability", self.config.availability_interval_s, self.poller.poll_all),
             self._spawn("heartbeat", self.config.heartbeat_interval_s, self.exchange_heartbeats),
             self._spawn("kv-subscribe", self.config.topology_refresh_s, self.kv.reconcile),
@@ -467,6 +470,30 @@ class BalancerRuntime:
 
         task = self.loop.create_task(loop(), name=f"meridian-{name}")
         task.add_done_callback(lambda t: self._loop_ended(name, t))
+        return task
+
+    def _spawn_probe_loop(self) -> asyncio.Task[None]:
+        """Probe rounds every ``probe_interval_s`` under traffic, less often idle; the
+        first tick that sees traffic again probes at once (``routing.core.probe_schedule``)."""
+        config = self.config
+        schedule = ProbeSchedule(
+            config.probe_interval_s, max(config.probe_interval_s, config.probe_idle_interval_s)
+        )
+
+        async def loop() -> None:
+            while True:
+                await asyncio.sleep(config.probe_interval_s)
+                # An unhealthy replica keeps the base interval: readmitting it waits on probes.
+                busy = (
+                    self.inflight() > 0
+                    or self.queues.total() > 0
+                    or not all(t.healthy for t in self.router.targets())
+                )
+                if schedule.tick(self.router.ledger.acquired, busy):
+                    await self._probe_and_warm()
+
+        task = self.loop.create_task(loop(), name="meridian-probe")
+        task.add_done_callback(lambda t: self._loop_ended("probe", t))
         return task
 
     def _loop_ended(self, name: str, task: asyncio.Task[None]) -> None:

@@ -21,7 +21,11 @@ Semantics the dispatcher relies on:
 * closing a response before its end closes the connection, so the replica sees
   the disconnect and aborts the generation, as with httpx;
 * reading pauses the socket once ``HIGH_WATER`` bytes wait unread, so a slow
-  client never makes the balancer buffer a whole stream.
+  client never makes the balancer buffer a whole stream;
+* at most ``MAX_CONNECTING_PER_ORIGIN`` connections are being opened to one
+  origin at a time.  A burst on a cold pool queues for its turn, and a queued
+  request takes a connection that another one gave back in the meantime; the
+  connect timeout runs only while its own connect does, never while it queues.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ import ssl
 import weakref
 from collections import deque
 from collections.abc import AsyncIterator, Mapping
+from typing import cast
 from urllib.parse import urlsplit
 
 import httptools
@@ -39,6 +44,7 @@ import httpx
 HIGH_WATER = 256 * 1024
 LOW_WATER = 64 * 1024
 MAX_IDLE_PER_ORIGIN = 256
+MAX_CONNECTING_PER_ORIGIN = 32
 
 Origin = tuple[str, int, bool]  # host, port, TLS
 
@@ -73,8 +79,9 @@ class _Connection(asyncio.Protocol):
 
     # -- asyncio.Protocol -----------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # A stream transport, but not necessarily an asyncio.Transport subclass: uvloop's
+        # TCPTransport is not one, and uvicorn runs on uvloop whenever it is installed.
+        self.transport = cast(asyncio.Transport, transport)
 
     def data_received(self, data: bytes) -> None:
         self.received = True
@@ -206,11 +213,13 @@ class UpstreamPool:
         self._warming: set[Origin] = set()
         # Every connection opened, busy or idle (weak: a closed one just goes away).
         self._opened: dict[Origin, weakref.WeakSet[_Connection]] = {}
+        # Connects under way per origin are bounded; the rest queue (see the docstring).
+        self._connecting: dict[Origin, asyncio.Semaphore] = {}
 
     async def post(self, url: str, body: bytes, headers: Mapping[str, str]) -> UpstreamResponse:
         """Send a POST and wait for the response head; ``UpstreamError`` on failure."""
         origin, head = _request_head(url, headers, len(body))
-        conn = self._checkout(origin) or await self._connect(origin)
+        conn = self._checkout(origin) or await self._connect_queued(origin)
         try:
             return await self._exchange(origin, conn, head + body)
         except UpstreamError:
@@ -238,7 +247,23 @@ class UpstreamPool:
                 return conn
         return None
 
+    async def _connect_queued(self, origin: Origin) -> _Connection:
+        """A connection for a request: queued behind the connects under way, and an
+        idle one if a request gave one back while this one waited."""
+        async with self._gate(origin):
+            return self._checkout(origin) or await self._open(origin)
+
+    def _gate(self, origin: Origin) -> asyncio.Semaphore:
+        gate = self._connecting.get(origin)
+        if gate is None:
+            gate = self._connecting[origin] = asyncio.Semaphore(MAX_CONNECTING_PER_ORIGIN)
+        return gate
+
     async def _connect(self, origin: Origin) -> _Connection:
+        async with self._gate(origin):
+            return await self._open(origin)
+
+    async def _open(self, origin: Origin) -> _Connection:
         loop = asyncio.get_running_loop()
         host, port, tls = origin
         if tls and self._tls is None:

@@ -18,9 +18,8 @@ flatters any cache, so ``ops.bench.prompt_cost`` measures fresh prompts too.
 
 from __future__ import annotations
 
-import contextlib
 import os
-import subprocess
+import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -30,10 +29,12 @@ from pathlib import Path
 import httpx
 import psutil
 
-from ops.bench.fixture import HOST, MODEL, BenchFixture, _free_port
+from ops.bench.fixture import MODEL, BenchFixture
+from ops.bench.peers import PEERS, Installed, running_peers
 from ops.stack.readiness import StartupError
 
 IDLE_WINDOW_S = 2.0
+SGLANG = next(spec for spec in PEERS if spec.name == "sglang-router")
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,37 +78,12 @@ def measure_router(
 
 @contextmanager
 def sglang_router(executable: Path, backend: str) -> Iterator[tuple[int, str]]:
-    port = _free_port()
-    argv = [str(executable), "launch", "--host", HOST, "--port", str(port),
-            "--worker-urls", backend, "--policy", "cache_aware",
-            "--log-level", "error"]  # fmt: skip
-    process = subprocess.Popen(
-        argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
-    )
-    url = f"http://{HOST}:{port}"
-    try:
-        _wait_serving(url, process)
-        yield process.pid, url
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-
-
-def _wait_serving(url: str, process: subprocess.Popen[bytes], timeout_s: float = 60) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise StartupError(f"sglang-router exited with {process.returncode}")
-        # Refused or cut off while it starts: not up yet, ask again.
-        with contextlib.suppress(httpx.HTTPError):
-            if httpx.get(f"{url}/health", timeout=2, trust_env=False).status_code == 200:
-                return
-        time.sleep(0.2)
-    raise StartupError(f"sglang-router did not answer on {url} within {timeout_s:.0f}s")
+    """sglang-router ``cache_aware`` in front of ``backend``, started as ``bench proxy --peers``
+    starts it (``ops.bench.peers``)."""
+    with tempfile.TemporaryDirectory(prefix="meridian-sglang-") as logs:
+        installed = Installed(executables={SGLANG.name: executable})
+        with running_peers(installed, [backend], Path(logs)) as peers:
+            yield peers[0].process.pid, peers[0].url
 
 
 def compare(sglang: str, body_text: str, requests: int, model_dir: Path | None) -> list[RouterCost]:

@@ -43,6 +43,9 @@ HOST = "127.0.0.1"
 MODEL = "meridian-bench"
 BALANCER = "bench-balancer"
 SERVERS = ("daphne", "uvicorn")
+# Also accepted by server_argv: uvicorn on asyncio's own loop, whatever is installed.
+# ("uvicorn" runs uvicorn's default, --loop auto: uvloop when it can be imported.)
+VARIANTS = ("uvicorn-asyncio",)
 READY_TIMEOUT_S = 60.0
 
 # Balancer settings for the bench: probes as the defaults run them; the per-replica
@@ -65,12 +68,14 @@ def server_argv(server: str, port: int) -> tuple[str, ...]:
     app = "meridian.asgi:application"
     if server == "daphne":
         return python_argv("-m", "daphne", "-v", "0", "-b", HOST, "-p", str(port), app)
-    if server == "uvicorn":
+    if server in ("uvicorn", "uvicorn-asyncio"):
+        loop = "asyncio" if server == "uvicorn-asyncio" else "auto"
         return python_argv(
             "-m", "uvicorn", "--host", HOST, "--port", str(port), "--lifespan", "off",
-            "--http", GUARDED_HTTP, "--no-access-log", "--log-level", "warning", app,
+            "--http", GUARDED_HTTP, "--loop", loop, "--no-access-log", "--log-level", "warning",
+            app,
         )  # fmt: skip
-    raise ValueError(f"unknown server {server!r}; expected one of {SERVERS}")
+    raise ValueError(f"unknown server {server!r}; expected one of {SERVERS + VARIANTS}")
 
 
 @dataclass

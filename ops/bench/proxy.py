@@ -19,19 +19,23 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import random
 import signal
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
+import psutil
 from django.conf import settings
 
 from ops.bench.driver import LoadGenerator, UsageMonitor, py_spy_recording
-from ops.bench.fixture import MODEL, SERVERS, BenchFixture
+from ops.bench.fixture import MODEL, SERVERS, VARIANTS, BenchFixture
 from ops.bench.loadgen import Phase
+from ops.bench.peers import Installed, install_all, running_peers
 from ops.bench.report import DIRECT, Pooled, Row, compare, format_table, write_json
 
 MODES = ("stream", "nonstream")
@@ -70,9 +74,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument(
         "--server",
-        choices=(*SERVERS, "both"),
-        default="daphne",
-        help="ASGI server(s) for the balancer this command starts",
+        type=_server_list,
+        default=["uvicorn"],
+        help=f"ASGI server(s) for the balancers this command starts, comma-separated from "
+        f"{', '.join((*SERVERS, *VARIANTS))}, or 'both' (daphne and uvicorn); default uvicorn, "
+        "the server the balancers run under (docs/performance.md)",
+    )
+    parser.add_argument(
+        "--balancer-env",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="an environment variable for the balancer processes only (repeatable)",
     )
     parser.add_argument("--replicas", type=int, default=4)
     parser.add_argument("--policy", default="", help="routing policy (default: skylb if known)")
@@ -106,6 +119,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="record each balancer phase with py-spy (collapsed stacks) here",
     )
     parser.add_argument("--json", type=Path, metavar="PATH", help="also save the rows as JSON")
+    parser.add_argument(
+        "--peers",
+        action="store_true",
+        help="also run vllm-router and sglang-router (installed on demand into their own "
+        "environments in the user's cache directory; skipped with a note when unavailable)",
+    )
+    parser.add_argument(
+        "--idle-window",
+        type=float,
+        default=5.0,
+        help="seconds over which each router's idle CPU is measured (default 5)",
+    )
+    parser.add_argument(
+        "--idle-settle",
+        type=float,
+        default=10.0,
+        help="seconds of quiet after the load before the idle window opens (default 10: "
+        "Meridian's probe rounds space out over a few quiet rounds)",
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,6 +150,7 @@ class Targets:
     api_key: str
     model: str
     policy: str
+    notes: tuple[str, ...] = ()
 
 
 def run(options: Any, stdout: TextIO) -> list[Row]:
@@ -129,15 +162,57 @@ def run(options: Any, stdout: TextIO) -> list[Row]:
         stdout.flush()
         with LoadGenerator(Path(settings.BASE_DIR)) as generator:
             rows = run_matrix(opts, targets, generator, stdout)
+            idle = idle_cpu(
+                targets, float(opts.get("idle_window", 5.0)), float(opts.get("idle_settle", 10.0))
+            )
+    stdout.write(format_idle(idle) + _load_line())
     stdout.write(format_table(rows))
     if opts.get("json"):
         meta = {k: v for k, v in opts.items() if k in _META_KEYS}
-        write_json(Path(opts["json"]), rows, {**meta, "policy": targets.policy})
+        extra = {"policy": targets.policy, "idle_cpu_cores": idle, "notes": list(targets.notes),
+                 "load_average": list(os.getloadavg())}  # fmt: skip
+        write_json(Path(opts["json"]), rows, {**meta, **extra})
     return rows
 
 
+def idle_cpu(targets: Targets, window_s: float, settle_s: float = 10.0) -> dict[str, float]:
+    """Each router's CPU seconds per wall second while nothing is sent (probes, timers).
+
+    All routers are watched over the same window, ``settle_s`` after the load (the
+    last phase's connections wind down, and Meridian's probe schedule reaches its
+    idle gap), with every backend healthy.
+    """
+    processes = {name: psutil.Process(pid) for name, pid in targets.pids.items() if pid}
+    if not processes or window_s <= 0:
+        return {}
+    time.sleep(max(0.0, settle_s))
+    start = {name: _cpu_s(process) for name, process in processes.items()}
+    began = time.monotonic()
+    time.sleep(window_s)
+    wall = time.monotonic() - began
+    return {name: (_cpu_s(process) - start[name]) / wall for name, process in processes.items()}
+
+
+def _cpu_s(process: psutil.Process) -> float:
+    times = process.cpu_times()
+    return float(times.user + times.system)
+
+
+def format_idle(idle: dict[str, float]) -> str:
+    if not idle:
+        return ""
+    cells = ", ".join(f"{name} {cores:.4f}" for name, cores in idle.items())
+    return f"idle CPU (cores, nothing sent): {cells}\n"
+
+
+def _load_line() -> str:
+    one, five, fifteen = os.getloadavg()
+    return f"load average {one:.2f} {five:.2f} {fifteen:.2f} on {os.cpu_count()} CPUs\n"
+
+
 _META_KEYS = ("concurrency", "mode", "requests", "duration", "rounds", "prompt_tokens",
-              "max_tokens", "server", "replicas", "pushing")  # fmt: skip
+              "max_tokens", "server", "replicas", "pushing", "peers", "idle_window",
+              "idle_settle")  # fmt: skip
 
 
 def run_matrix(
@@ -246,18 +321,26 @@ def _targets(opts: dict[str, Any]) -> Iterator[Targets]:
             policy="(existing deployment)",
         )
         return
-    servers = list(SERVERS) if opts.get("server") == "both" else [opts.get("server", "daphne")]
+    servers = _server_list(opts.get("server") or "uvicorn")
+    extra_env = dict(item.split("=", 1) for item in opts.get("balancer_env") or [])
+    installed = install_all() if opts.get("peers") else Installed()
     fixture = BenchFixture.start(
         servers,
         opts.get("replicas", 4),
         opts.get("policy", ""),
         opts.get("pushing", "sp-o"),
         opts.get("base_tree"),
+        extra_env,
     )
     try:
-        pids: dict[str, int | None] = {s: fixture.pid_of(s) for s in fixture.balancers}
-        yield Targets(fixture.backends, fixture.balancers, pids, fixture.api_key, model,
-                      fixture.policy)  # fmt: skip
+        logs = Path(fixture.workdir.name) / "logs"
+        with running_peers(installed, fixture.backends, logs) as peers:
+            balancers = dict(fixture.balancers)
+            pids: dict[str, int | None] = {s: fixture.pid_of(s) for s in fixture.balancers}
+            for peer in peers:
+                balancers[peer.name], pids[peer.name] = peer.url, peer.process.pid
+            yield Targets(fixture.backends, balancers, pids, fixture.api_key, model,
+                          fixture.policy, tuple(installed.notes))  # fmt: skip
     finally:
         fixture.stop()
 
@@ -269,14 +352,18 @@ def _check_options(opts: dict[str, Any]) -> None:
         raise ValueError("--balancer needs the backends behind it: --backend URL (repeatable)")
     if any(c < 1 for c in opts["concurrency"]) or opts.get("rounds", 1) < 1:
         raise ValueError("--concurrency values and --rounds must be at least 1")
+    for item in opts.get("balancer_env") or []:
+        if "=" not in item or not item.split("=", 1)[0]:
+            raise ValueError(f"--balancer-env expects NAME=VALUE, got {item!r}")
     if opts["prompt_tokens"] < 1 or opts["max_tokens"] < 1:
         raise ValueError("--prompt-tokens and --max-tokens must be at least 1")
 
 
 def _banner(targets: Targets) -> str:
     balancers = ", ".join(f"{name} {url}" for name, url in targets.balancers.items())
+    notes = "".join(f"  note: {note}\n" for note in targets.notes)
     return (f"bench proxy: {len(targets.backends)} backend(s) direct vs {balancers}; "
-            f"model {targets.model}, policy {targets.policy}\n")  # fmt: skip
+            f"model {targets.model}, policy {targets.policy}\n{notes}{_load_line()}")  # fmt: skip
 
 
 @contextlib.contextmanager
@@ -294,6 +381,22 @@ def _stop_on_sigterm() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def _server_list(value: str | list[str]) -> list[str]:
+    """``--server``: 'both', or names from SERVERS and VARIANTS, comma-separated."""
+    if isinstance(value, list):
+        return value
+    if value == "both":
+        return list(SERVERS)
+    names = [part.strip() for part in value.split(",") if part.strip()]
+    unknown = [name for name in names if name not in (*SERVERS, *VARIANTS)]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(
+            f"unknown server(s) {', '.join(unknown) or value!r}; "
+            f"choose from {', '.join((*SERVERS, *VARIANTS))} or 'both'"
+        )
+    return names
 
 
 def _int_list(text: str) -> list[int]:

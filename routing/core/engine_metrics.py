@@ -62,6 +62,10 @@ PREFIX_HITS = (
 
 CACHE_CONFIG_INFO = "vllm:cache_config_info"
 LORA_INFO = "vllm:lora_requests_info"
+# Every name parse_engine_load reads: the probe parses only these lines of /metrics.
+LOAD_NAMES = frozenset(
+    (*RUNNING, *WAITING, *KV_USAGE, *PREFIX_QUERIES, *PREFIX_HITS, CACHE_CONFIG_INFO, LORA_INFO)
+)
 
 
 class MetricsFormatError(ValueError):
@@ -133,7 +137,7 @@ def cache_config(parsed: list[Sample]) -> tuple[int | None, str | None]:
 
 
 def parse_engine_load(text: str) -> EngineLoad:
-    parsed = parse(text)
+    parsed = parse(text, LOAD_NAMES)
     samples = _by_name(parsed)
     running = _first(samples, RUNNING)
     waiting = _first(samples, WAITING)

@@ -54,10 +54,16 @@ class InflightLedger:
     def __init__(self) -> None:
         self._by_target: dict[str, int] = {}
         self._total = 0
+        self._acquired = 0
 
     @property
     def total(self) -> int:
         return self._total
+
+    @property
+    def acquired(self) -> int:
+        """Leases ever acquired (the probe schedule's sign of traffic)."""
+        return self._acquired
 
     def outstanding(self, target_id: str) -> int:
         return self._by_target.get(target_id, 0)
@@ -71,6 +77,7 @@ class InflightLedger:
         count = self._by_target.get(target.target_id, 0) + 1
         self._by_target[target.target_id] = count
         self._total += 1
+        self._acquired += 1
         target.outstanding = count
         return Lease(self, target, request_id, on_release)
 

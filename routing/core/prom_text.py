@@ -35,12 +35,19 @@ def _unescape(value: str) -> str:
     return re.sub(r"\\[\\\"n]", lambda m: _UNESCAPE[m.group(0)], value)
 
 
-def parse(text: str) -> list[Sample]:
-    """Every sample of ``text``; lines that are not samples are skipped."""
+def parse(text: str, names: frozenset[str] | None = None) -> list[Sample]:
+    """Every sample of ``text``; lines that are not samples are skipped.
+
+    With ``names``, only samples of those metric names: any other line is dropped on
+    its name alone, before the regular expressions (an engine's histograms are most
+    of its ``/metrics``, and a balancer reads a few gauges of it several times a second).
+    """
     out = []
     for raw in text.splitlines():
         line = raw.strip()
         if not line or line.startswith("#"):
+            continue
+        if names is not None and _name_of(line) not in names:
             continue
         match = _SAMPLE_RE.match(line)
         if match is None:
@@ -54,3 +61,13 @@ def parse(text: str) -> list[Sample]:
         )
         out.append(Sample(match["name"], labels, value))
     return out
+
+
+def _name_of(line: str) -> str:
+    """The metric name a sample line starts with (up to ``{`` or white space)."""
+    end = len(line)
+    for stop in ("{", " ", "\t"):
+        at = line.find(stop, 0, end)
+        if at != -1:
+            end = at
+    return line[:end]

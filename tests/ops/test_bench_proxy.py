@@ -1,8 +1,8 @@
 """``manage.py bench proxy``: a tiny real run, and the report's arithmetic.
 
 The smoke test starts the command's own loopback stack (zero-compute replicas,
-a throwaway database, a daphne balancer) and checks the table's shape and that
-every request of every phase succeeded.  No timing is asserted: the bench
+a throwaway database, a uvicorn balancer: the default server) and checks the
+table's shape and that every request of every phase succeeded.  No timing is asserted: the bench
 reports ratios, and this machine's speed is not the test's business.
 """
 
@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from django.core.management import CommandError, call_command
 
+from ops.bench.proxy import _server_list
 from ops.bench.report import COLUMNS, Pooled, compare, percentile
 from ops.embedded_redis import EmbeddedRedis
 from tests.support.commands import run_command
@@ -35,10 +36,10 @@ def test_tiny_run_prints_every_row_and_every_request_succeeds(
     for header, _, _ in COLUMNS:
         assert header in table[0]
     assert [line.split()[:3] for line in table[1:]] == [
-        ["stream", "1", "daphne"],
-        ["stream", "4", "daphne"],
-        ["nonstream", "1", "daphne"],
-        ["nonstream", "4", "daphne"],
+        ["stream", "1", "uvicorn"],
+        ["stream", "4", "uvicorn"],
+        ["nonstream", "1", "uvicorn"],
+        ["nonstream", "4", "uvicorn"],
     ]
 
     rows = json.loads(saved.read_text())["rows"]
@@ -76,3 +77,12 @@ def test_percentiles_are_nearest_rank_and_rows_subtract_the_direct_baseline() ->
     assert row.balancer_cpu_share == pytest.approx(0.25)
     assert row.balancer_cpu_ms_per_request == pytest.approx(50)
     assert row.balancer_rss_mib == pytest.approx(100)
+
+
+def test_servers_are_a_comma_separated_list_and_unknown_ones_are_refused() -> None:
+    assert _server_list("both") == ["daphne", "uvicorn"]
+    assert _server_list("uvicorn,uvicorn-asyncio") == ["uvicorn", "uvicorn-asyncio"]
+    with pytest.raises(CommandError, match="unknown server"):
+        call_command("bench", "proxy", "--server", "uvicorn,gunicorn", stdout=io.StringIO())
+    with pytest.raises(CommandError, match="NAME=VALUE"):
+        call_command("bench", "proxy", "--balancer-env", "NOEQUALS", stdout=io.StringIO())

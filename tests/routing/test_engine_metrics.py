@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from routing.core.engine_metrics import MetricsFormatError, parse_engine_load, parse_samples
+from routing.core.prom_text import parse
 
 VLLM = """\
 # HELP vllm:num_requests_running Number of requests in model execution batches.
@@ -86,3 +87,19 @@ def test_the_block_size_and_hash_algorithm_come_from_cache_config_info() -> None
     assert (without.block_size, without.hash_algo) == (None, None)
     broken = CACHE_CONFIG.replace('block_size="32"', 'block_size="None"')
     assert parse_engine_load(VLLM + broken).block_size is None
+
+
+def test_a_name_filter_keeps_exactly_the_samples_of_those_names() -> None:
+    text = VLLM + (
+        'vllm:e2e_request_latency_seconds_bucket{le="0.5",model_name="m"} 3\n'
+        "vllm:num_requests_running_extra 9\n"
+        "vllm:num_requests_waiting\t6\n"
+    )
+    everything = parse(text)
+    wanted = frozenset({"vllm:num_requests_running", "vllm:num_requests_waiting"})
+    filtered = parse(text, wanted)
+    assert filtered == [sample for sample in everything if sample.name in wanted]
+    assert [s.value for s in filtered] == [3.0, 2.0, 4.0, 6.0]
+    # The load read through the filter is the one read from the whole page.
+    assert parse_engine_load(text).running == 5
+    assert parse_engine_load(text).waiting == 10
