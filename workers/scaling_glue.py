@@ -84,7 +84,7 @@ def scale_service(
     draining.advance(drains, provider, now, draining.drain_config())
     launcher = ProviderLauncher(provider, service, now, drains)
     fleet = launched_fleet(service, provider)
-    forecast_n, lookaheads = preserve_signals(service, now)
+    forecast_n, lookaheads, unmapped = preserve_signals(service, now)
     step = step_service(
         service_view(service),
         fleet,
@@ -95,6 +95,7 @@ def scale_service(
         launcher=launcher,
         forecast_n=forecast_n,
         lookaheads=lookaheads,
+        unmapped=unmapped,
     )
     save_step(service, step, drains)
     if step.changed:
@@ -162,21 +163,22 @@ def replica_capacity(service: ServiceConfig, window_s: float) -> InstanceCapacit
 
 def preserve_signals(
     service: ServiceConfig, now: datetime
-) -> tuple[int | None, list[tuple[int, ...]]]:
-    """The forecast N and the ready replicas' look-ahead maps (nothing under
-    ``request-rate``, or when Redis cannot be read: the step runs without them)."""
+) -> tuple[int | None, list[tuple[int, ...]], int]:
+    """The forecast N, the ready replicas' look-ahead maps and how many ready replicas
+    have none (nothing under ``request-rate``; when Redis cannot be read, every ready
+    replica is unmapped: the step runs without the signals and scales nothing down
+    on a load it cannot see)."""
     if service.scaler != ServiceConfig.Scaler.PRESERVE:
-        return None, []
+        return None, [], 0
     try:
         with redis_client() as client:
-            return preserve_forecast_n(client, service, now), replica_lookaheads(
-                client, service, now
-            )
+            maps, unmapped = replica_lookaheads(client, service, now)
+            return preserve_forecast_n(client, service, now), maps, unmapped
     except (redis.RedisError, OSError) as exc:
         logger.warning(
             "scaling %s: Redis unavailable (%s); no forecast or look-ahead", service, exc
         )
-        return None, []
+        return None, [], len(_ready_replicas(service))
 
 
 def preserve_forecast_n(client: redis.Redis, service: ServiceConfig, now: datetime) -> int | None:
@@ -189,19 +191,23 @@ def preserve_forecast_n(client: redis.Redis, service: ServiceConfig, now: dateti
     return forecast_instances(stored, math.floor(now.timestamp() / window_s), capacity)
 
 
-def replica_lookaheads(
-    client: redis.Redis, service: ServiceConfig, now: datetime
-) -> list[tuple[int, ...]]:
-    """The look-ahead map of each ready replica of the service, from the newest live
-    record (of any balancer) that reports it; a replica without a recent one has none."""
-    ready = list(
+def _ready_replicas(service: ServiceConfig) -> list[tuple[str, str]]:
+    return list(
         Replica.objects.filter(
             model_name=service.model_name, state=Replica.State.READY
         ).values_list("name", "region__name")
     )
-    regions = sorted({region for _, region in ready})
+
+
+def replica_lookaheads(
+    client: redis.Redis, service: ServiceConfig, now: datetime
+) -> tuple[list[tuple[int, ...]], int]:
+    """The look-ahead map of each ready replica of the service, from the newest live
+    record (of any balancer) that reports it, and how many ready replicas no recent
+    record reports.  A reported replica with nothing anticipated has an empty map."""
+    ready = _ready_replicas(service)
     raws: list[bytes] = []
-    for region in regions:
+    for region in sorted({region for _, region in ready}):
         entries = cast(
             list[tuple[bytes, dict[bytes, bytes]]],
             client.xrevrange(stream_key(region), count=LOOKAHEAD_RECORDS),
@@ -209,9 +215,8 @@ def replica_lookaheads(
         raws.extend(f[FIELD.encode()] for _, f in entries if FIELD.encode() in f)
     since = now.timestamp() - LOOKAHEAD_MAX_AGE_S
     live = latest_replicas(r for r in decode_all(raws) if r.ts >= since)
-    return [
-        live[name][2].lookahead for name, _ in ready if name in live and live[name][2].lookahead
-    ]
+    maps = [live[name][2].lookahead for name, _ in ready if name in live]
+    return maps, len(ready) - len(maps)
 
 
 def launched_fleet(service: ServiceConfig, provider: CloudProvider) -> Fleet:

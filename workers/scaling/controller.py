@@ -97,14 +97,16 @@ def step_service(
     launcher: Launcher,
     forecast_n: int | None = None,
     lookaheads: Sequence[Sequence[int]] = (),
+    unmapped: int = 0,
 ) -> ServiceStep:
     """One beat for one service; ``fleet`` holds its launched replicas (dead ones left
     out), ``preemptions`` every one the provider reported (other services' are ignored).
     ``forecast_n`` (the forecast's N for the windows ahead, None: no forecast) and
-    ``lookaheads`` (each ready replica's anticipated KV tokens per iteration) feed the
-    ``preserve`` scaler; ``request-rate`` reads the QPS only."""
+    ``lookaheads`` (each ready replica's anticipated KV tokens per iteration, and
+    ``unmapped``: how many ready replicas have no known map) feed the ``preserve``
+    scaler; ``request-rate`` reads the QPS only."""
     mine = [p for p in preemptions if p.model_name == view.model_name]
-    scaled = decide_n(view, now, ScalingSignals(qps, forecast_n, tuple(lookaheads)))
+    scaled = decide_n(view, now, ScalingSignals(qps, forecast_n, tuple(lookaheads), unmapped))
     policy = restore_policy(view, zones, fleet, mine)
     result = reconcile(policy, scaled.n_target, fleet, launcher, now=now)
     placement = policy.snapshot()

@@ -88,6 +88,9 @@ class ScalerSignals:
     forecast_n: int | None
     reactive_n: int
     lookaheads: Sequence[Sequence[int]]
+    # Ready replicas whose map is not known (no recent report): counted as ready, and
+    # while there is one the fleet's load is not known, so no under-load scale-down.
+    unmapped: int = 0
 
 
 def forecast_instances(
@@ -150,12 +153,12 @@ class InstanceScaler:
             if signals.forecast_n < n:
                 down_in = window
             n, handled, forecast_n = signals.forecast_n, window, signals.forecast_n
-        ready = len(signals.lookaheads)
+        ready = len(signals.lookaheads) + signals.unmapped
         overloaded = sum(1 for ahead in signals.lookaheads if self.overloaded(ahead))
         kept: int | None = None
         if overloaded:
             n = max(n, ready + overloaded)
-        elif down_in != window:
+        elif down_in != window and not signals.unmapped:
             keep = self.keep_after_scale_down(signals.lookaheads)
             if keep is not None and keep < n:
                 n, down_in, kept = keep, window, keep
@@ -166,6 +169,7 @@ class InstanceScaler:
             window=window,
             forecast_n=forecast_n,
             ready=ready,
+            unmapped=signals.unmapped,
             overloaded=overloaded,
             scaled_down_to=kept,
             reactive_n=signals.reactive_n,
@@ -184,6 +188,7 @@ class ScalerReason:
     window: int
     forecast_n: int | None
     ready: int
+    unmapped: int
     overloaded: int
     scaled_down_to: int | None
     reactive_n: int
@@ -200,6 +205,8 @@ class ScalerReason:
             )
         if self.scaled_down_to is not None:
             parts.append(f"all under-loaded: scale down to {self.scaled_down_to}")
+        if self.unmapped:
+            parts.append(f"{self.unmapped} ready replicas without a look-ahead map")
         if self.reactive_floor:
             parts.append(f"request-rate floor N={self.reactive_n}")
         return "; ".join(parts) or "held"
@@ -209,6 +216,7 @@ class ScalerReason:
             "window": self.window,
             "forecast_n": self.forecast_n,
             "ready": self.ready,
+            "unmapped": self.unmapped,
             "overloaded": self.overloaded,
             "scaled_down_to": self.scaled_down_to,
             "reactive_n": self.reactive_n,

@@ -35,6 +35,7 @@ class ScalingSignals:
     qps: float
     forecast_n: int | None = None
     lookaheads: Sequence[Sequence[int]] = field(default_factory=tuple)
+    unmapped: int = 0  # ready replicas whose look-ahead map is not known
 
 
 @dataclass(frozen=True)
@@ -105,7 +106,9 @@ class PreServePolicy(ScalingPolicy):
     ) -> ScalingOutcome:
         scaled = self.reactive(stored, fallback, now, signals.qps)
         previous = InstanceScalerState.from_dict(stored.get("instance_scaler"), fallback)
-        inputs = ScalerSignals(signals.forecast_n, scaled.n_target, signals.lookaheads)
+        inputs = ScalerSignals(
+            signals.forecast_n, scaled.n_target, signals.lookaheads, signals.unmapped
+        )
         state, why = self.scaler.decide(previous, now, inputs)
         return ScalingOutcome(
             state.n_target,
