@@ -144,3 +144,46 @@ def test_request_rate_services_read_neither_forecast_nor_feed(
     (decision,) = scale_services(provider, datetime.now(UTC))
     assert (decision.scaler, decision.n_target) == ("request-rate", 2)
     assert decision.reason == {"qps": 0.0}
+
+
+async def publish_idle(names: list[str]) -> None:
+    """A real balancer of region ``us`` owning ``names``, nothing running on any."""
+    upstreams = Upstreams()
+    rt = await runtime_for(upstreams, replicas=tuple(names), redis_url=settings.REDIS_URL)
+    try:
+        await rt.publish_live()
+    finally:
+        await rt.close()
+        await upstreams.close()
+
+
+@pytest.mark.django_db
+def test_preserve_scales_an_idle_fleet_down_once_through_the_drain_path(
+    provider: MemoryProvider, client: redis.Redis
+) -> None:
+    now = datetime.now(UTC)
+    config = ServiceConfig.objects.create(
+        model_name="m",
+        scaling_policy="on_demand",
+        scaler=ServiceConfig.Scaler.PRESERVE,
+        min_replicas=3,
+        replica_prompt_tokens_per_s=50.0,
+        replica_decode_tokens_per_s=50.0,
+        replica_total_tokens_per_s=50.0,
+    )
+    (decision,) = scale_services(provider, now)  # no forecast stored: min_replicas
+    assert decision.n_target == 3 and decision.reason["forecast_n"] is None
+    Replica.objects.update(state=Replica.State.READY)
+    ServiceConfig.objects.filter(pk=config.pk).update(min_replicas=1)
+    names = sorted(Replica.objects.values_list("name", flat=True))
+    # Before any balancer reports the replicas their load is unknown: nothing goes.
+    (decision,) = scale_services(provider, now + timedelta(seconds=1))
+    assert decision.n_target == 3 and decision.reason["unmapped"] == 3
+    asyncio.run(publish_idle(names))
+    (decision,) = scale_services(provider, now + timedelta(seconds=2))
+    assert decision.n_target == 1 and decision.reason["scaled_down_to"] == 0
+    assert len(decision.terminated) == 2
+    # Ready replicas are drained first, not cut: out of routing, still launched.
+    draining = Replica.objects.filter(state=Replica.State.DRAINING)
+    assert draining.count() == 2 and len(provider.instances) == 3
+    assert Event.objects.filter(kind="replica.draining", data__reason="scale-down").count() == 2
