@@ -111,6 +111,14 @@ class PolicyForm(forms.Form):
         return value
 
 
+# A replica's profiled capacity (tokens/s within its SLO): the preserve scaler's N.
+CAPACITY_FIELDS = (
+    "replica_prompt_tokens_per_s",
+    "replica_decode_tokens_per_s",
+    "replica_total_tokens_per_s",
+)
+
+
 class AutoscalingForm(forms.ModelForm):
     class Meta:
         model = ServiceConfig
@@ -123,6 +131,8 @@ class AutoscalingForm(forms.ModelForm):
             "queue_max_len",
             "queue_max_wait_s",
             "readiness_probe",
+            "scaler",
+            *CAPACITY_FIELDS,
         ]
 
     def clean(self) -> dict[str, Any]:
@@ -130,4 +140,10 @@ class AutoscalingForm(forms.ModelForm):
         low, high = data.get("min_replicas"), data.get("max_replicas")
         if low is not None and high is not None and low > high:
             self.add_error("max_replicas", "must be at least min_replicas")
+        for name in CAPACITY_FIELDS:
+            value = data.get(name)
+            if value is not None and value <= 0:
+                self.add_error(name, "must be positive (or empty: not profiled)")
+            elif value is None and data.get("scaler") == ServiceConfig.Scaler.PRESERVE:
+                self.add_error(name, "the preserve scaler needs the profiled per-replica capacity")
         return data

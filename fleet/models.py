@@ -217,6 +217,24 @@ class ServiceConfig(models.Model):
         default=0,
         help_text="Per replica; prices the region-local vs global peak comparison",
     )
+
+    # How many replicas (the placement policy above says where): SkyServe's request-rate
+    # autoscaler, or PreServe's instance scaler over the workload forecast and the
+    # replicas' KV look-ahead (docs/scaling.md).  Preserve needs the profiled capacity.
+    class Scaler(models.TextChoices):
+        REQUEST_RATE = "request-rate", "request rate (reactive, QPS)"
+        PRESERVE = "preserve", "PreServe (forecast + KV look-ahead, never below request rate)"
+
+    scaler = models.CharField(max_length=16, choices=Scaler.choices, default=Scaler.REQUEST_RATE)
+    replica_prompt_tokens_per_s = models.FloatField(
+        null=True, blank=True, help_text="Profiled: prompt tokens/s one replica serves in SLO"
+    )
+    replica_decode_tokens_per_s = models.FloatField(
+        null=True, blank=True, help_text="Profiled: decode tokens/s one replica serves in SLO"
+    )
+    replica_total_tokens_per_s = models.FloatField(
+        null=True, blank=True, help_text="Profiled: prompt + decode tokens/s of one replica"
+    )
     # The autoscaler's N_tar and the policy's zone lists between beats (an operator can
     # read why the fleet looks the way it does).
     target_replicas = models.PositiveIntegerField(null=True, blank=True)

@@ -8,6 +8,14 @@ saved on the ServiceConfig, and one ``scaling.decision`` Event with its inputs i
 recorded whenever anything changed, so an operator can see why the fleet looks the
 way it does.
 
+A service whose scaler is ``preserve`` also gets, each beat, the forecast's N for the
+windows ahead (``preserve_forecast_n``: the stored ``all`` forecast of
+``workers.forecasting`` over the service's profiled per-replica capacity) and each
+ready replica's KV look-ahead map as its balancer last published it on the live feed
+(``replica_lookaheads``: the ``ReplicaLive`` rows of ``routing.live_publish``, no
+older than ``LOOKAHEAD_MAX_AGE_S``).  A missing forecast or map is a missing signal,
+never an error: the scaler runs on what it has, and never below the request rate.
+
 Launched replicas start ``provisioning`` (billed from now), become ``starting`` when the
 provider reports their process running, and ``ready`` through the ordinary readiness
 probes (``workers.probes``); balancers pick them up on their next topology refresh.
@@ -15,15 +23,22 @@ probes (``workers.probes``); balancers pick them up on their next topology refre
 
 from __future__ import annotations
 
+import logging
+import math
 import secrets
 from datetime import UTC, datetime, timedelta
+from typing import cast
 
+import redis
+from django.conf import settings
 from django.db.models import Q, Sum
 from django.utils import timezone
 from django.utils.text import slugify
 
 from fleet.models import Event, MetricRollup, Replica, ServiceConfig, Zone
-from workers import draining
+from routing.core.live_feed import FIELD, decode_all, latest_replicas, stream_key
+from routing.core.policies.meridian import MeridianConfig
+from workers import draining, forecasting
 from workers.providers.base import PREEMPTION_WARNING, CloudProvider, Instance, LaunchSpec, Notice
 from workers.scaling.autoscaler import AutoscalerConfig
 from workers.scaling.controller import (
@@ -35,6 +50,11 @@ from workers.scaling.controller import (
 )
 from workers.scaling.drain import SCALE_DOWN
 from workers.scaling.fleet import Fleet, FleetReplica
+from workers.scaling.instance_scaler import InstanceScalerConfig, forecast_instances
+from workers.scaling.workload_forecast import InstanceCapacity
+from workers.task_policy import redis_client
+
+logger = logging.getLogger(__name__)
 
 # Launched and billed.  A failed replica stays in the fleet (not ready) so the policy
 # counts it, may terminate it, and gets it back when its probe recovers.
@@ -63,14 +83,19 @@ def scale_service(
     drains = draining.load_drains(service)
     draining.advance(drains, provider, now, draining.drain_config())
     launcher = ProviderLauncher(provider, service, now, drains)
+    fleet = launched_fleet(service, provider)
+    forecast_n, lookaheads, unmapped = preserve_signals(service, now)
     step = step_service(
         service_view(service),
-        launched_fleet(service, provider),
+        fleet,
         provider.zones(),
         qps=service_qps(service, now),
         now=now.timestamp(),
         preemptions=preemptions,
         launcher=launcher,
+        forecast_n=forecast_n,
+        lookaheads=lookaheads,
+        unmapped=unmapped,
     )
     save_step(service, step, drains)
     if step.changed:
@@ -96,7 +121,102 @@ def service_view(service: ServiceConfig) -> ServiceView:
         static_on_demand=service.static_on_demand,
         target_replicas=service.target_replicas,
         scaling_state=dict(service.scaling_state or {}),
+        scaler=service.scaler,
+        instance_scaler=InstanceScalerConfig(
+            window_s=settings.MERIDIAN_FORECAST_WINDOW_S,
+            kv_capacity_tokens=kv_capacity_tokens(service),
+            min_replicas=service.min_replicas,
+            max_replicas=service.max_replicas,
+        ),
     )
+
+
+# --- preserve's signals ------------------------------------------------------------------
+
+# A look-ahead map older than this is not "now" (its balancer stopped publishing).
+LOOKAHEAD_MAX_AGE_S = 30.0
+# How many of a region's newest live records are read: a round of every balancer
+# process of the region, with room to spare.
+LOOKAHEAD_RECORDS = 64
+
+
+def kv_capacity_tokens(service: ServiceConfig) -> int:
+    """The replica's KV cache in tokens, as the service's routing policy sees it."""
+    found = (service.policy_params or {}).get("kv_capacity_tokens")
+    if isinstance(found, int) and not isinstance(found, bool) and found > 0:
+        return found
+    return MeridianConfig().kv_capacity_tokens
+
+
+def replica_capacity(service: ServiceConfig, window_s: float) -> InstanceCapacity | None:
+    """The service's profiled per-replica capacity per window; None while unset."""
+    rates = (
+        service.replica_prompt_tokens_per_s,
+        service.replica_decode_tokens_per_s,
+        service.replica_total_tokens_per_s,
+    )
+    if any(r is None or r <= 0 for r in rates):
+        return None
+    prompt, decode, total = (cast(float, r) * window_s for r in rates)
+    return InstanceCapacity(prompt=prompt, decode=decode, total=total)
+
+
+def preserve_signals(
+    service: ServiceConfig, now: datetime
+) -> tuple[int | None, list[tuple[int, ...]], int]:
+    """The forecast N, the ready replicas' look-ahead maps and how many ready replicas
+    have none (nothing under ``request-rate``; when Redis cannot be read, every ready
+    replica is unmapped: the step runs without the signals and scales nothing down
+    on a load it cannot see)."""
+    if service.scaler != ServiceConfig.Scaler.PRESERVE:
+        return None, [], 0
+    try:
+        with redis_client() as client:
+            maps, unmapped = replica_lookaheads(client, service, now)
+            return preserve_forecast_n(client, service, now), maps, unmapped
+    except (redis.RedisError, OSError) as exc:
+        logger.warning(
+            "scaling %s: Redis unavailable (%s); no forecast or look-ahead", service, exc
+        )
+        return None, [], len(_ready_replicas(service))
+
+
+def preserve_forecast_n(client: redis.Redis, service: ServiceConfig, now: datetime) -> int | None:
+    """N for the windows ahead from the stored forecast of all regions together."""
+    window_s = settings.MERIDIAN_FORECAST_WINDOW_S
+    capacity = replica_capacity(service, window_s)
+    stored = forecasting.load(client, forecasting.ALL)
+    if capacity is None or stored is None or stored.get("window_s") != window_s:
+        return None
+    return forecast_instances(stored, math.floor(now.timestamp() / window_s), capacity)
+
+
+def _ready_replicas(service: ServiceConfig) -> list[tuple[str, str]]:
+    return list(
+        Replica.objects.filter(
+            model_name=service.model_name, state=Replica.State.READY
+        ).values_list("name", "region__name")
+    )
+
+
+def replica_lookaheads(
+    client: redis.Redis, service: ServiceConfig, now: datetime
+) -> tuple[list[tuple[int, ...]], int]:
+    """The look-ahead map of each ready replica of the service, from the newest live
+    record (of any balancer) that reports it, and how many ready replicas no recent
+    record reports.  A reported replica with nothing anticipated has an empty map."""
+    ready = _ready_replicas(service)
+    raws: list[bytes] = []
+    for region in sorted({region for _, region in ready}):
+        entries = cast(
+            list[tuple[bytes, dict[bytes, bytes]]],
+            client.xrevrange(stream_key(region), count=LOOKAHEAD_RECORDS),
+        )
+        raws.extend(f[FIELD.encode()] for _, f in entries if FIELD.encode() in f)
+    since = now.timestamp() - LOOKAHEAD_MAX_AGE_S
+    live = latest_replicas(r for r in decode_all(raws) if r.ts >= since)
+    maps = [live[name][2].lookahead for name, _ in ready if name in live]
+    return maps, len(ready) - len(maps)
 
 
 def launched_fleet(service: ServiceConfig, provider: CloudProvider) -> Fleet:
@@ -263,7 +383,7 @@ def record_decision(step: ServiceStep, drained_first: list[str] | None = None) -
     drained = drained_first or []
     Event.record(
         "scaling.decision",
-        f"{d.service}: N_tar={d.n_target}, mix {target.spot} spot + {target.on_demand}"
+        f"{d.service}: {d.scaler}: {d.why}; mix {target.spot} spot + {target.on_demand}"
         f" on-demand; launched {len(d.launched)}, terminated {len(d.terminated)}"
         f" ({len(drained)} draining first)",
         subject=d.service,
@@ -278,6 +398,9 @@ def record_decision(step: ServiceStep, drained_first: list[str] | None = None) -
         refused=d.refused,
         draining=drained,
         placement=step.placement,
+        scaler=d.scaler,
+        why=d.why,
+        reason=d.reason,
     )
 
 

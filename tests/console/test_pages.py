@@ -119,11 +119,50 @@ def test_autoscaling_change_is_an_event_and_min_above_max_is_refused(staff: Clie
         "queue_max_len": 100,
         "queue_max_wait_s": 10,
         "readiness_probe": "health",
+        "scaler": "request-rate",
     }
     assert staff.post(url, {**fields, "min_replicas": 9}).status_code == 400
     assert staff.post(url, fields).status_code == 302
     assert ServiceConfig.objects.get().max_replicas == 5
     assert Event.objects.filter(kind="service_settings_changed").exists()
+
+
+@pytest.mark.django_db
+def test_the_preserve_scaler_is_chosen_on_the_service_page_and_needs_a_capacity(
+    staff: Client,
+) -> None:
+    config = ServiceConfig.objects.get()
+    url = f"/console/service/{config.pk}/autoscaling"
+    page = staff.get("/console/service").content.decode()
+    assert 'name="scaler"' in page and 'value="preserve"' in page
+    fields = {
+        "min_replicas": 1,
+        "max_replicas": 8,
+        "target_qps_per_replica": 2.0,
+        "upscale_delay_s": 300,
+        "downscale_delay_s": 1200,
+        "queue_max_len": 1024,
+        "queue_max_wait_s": 30,
+        "readiness_probe": "health",
+        "scaler": "preserve",
+    }
+    refused = staff.post(url, fields)
+    assert refused.status_code == 400
+    assert "needs the profiled per-replica capacity" in refused.content.decode()
+    negative = {"replica_prompt_tokens_per_s": -1, "replica_decode_tokens_per_s": 50}
+    assert (
+        staff.post(url, {**fields, **negative, "replica_total_tokens_per_s": 60}).status_code == 400
+    )
+    capacity = {
+        "replica_prompt_tokens_per_s": 400.0,
+        "replica_decode_tokens_per_s": 50.0,
+        "replica_total_tokens_per_s": 420.0,
+    }
+    assert staff.post(url, {**fields, **capacity}).status_code == 302
+    saved = ServiceConfig.objects.get()
+    assert saved.scaler == "preserve" and saved.replica_total_tokens_per_s == 420.0
+    event = Event.objects.filter(kind="service_settings_changed").order_by("-id").first()
+    assert event is not None and event.data["changed"]["scaler"] == ["request-rate", "preserve"]
 
 
 @pytest.mark.django_db

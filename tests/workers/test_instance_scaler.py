@@ -10,8 +10,10 @@ from workers.scaling.instance_scaler import (
     InstanceScalerConfig,
     InstanceScalerState,
     ScalerSignals,
+    forecast_instances,
 )
 from workers.scaling.scalers import SCALERS, ScalingSignals, build_scaler
+from workers.scaling.workload_forecast import InstanceCapacity
 
 CAP = 1000
 CONFIG = InstanceScalerConfig(window_s=600.0, kv_capacity_tokens=CAP, max_replicas=20)
@@ -114,3 +116,16 @@ def test_the_registry_offers_both_and_preserve_is_proactive_plus_reactive() -> N
     assert preserve.step(state, 6, 660.0, burst)[0] == 9  # the reactive floor
     with pytest.raises(ValueError, match="unknown scaling policy 'lstm'"):
         build_scaler("lstm", autoscaler)
+
+
+def test_the_forecast_n_covers_the_windows_not_yet_past() -> None:
+    capacity = InstanceCapacity(prompt=1000.0, decode=500.0, total=1200.0)
+    entry = {"next_window": 10, "forecast": {"prompt": [1500.0, 3500.0], "decode": [100.0, 0.0]}}
+    assert forecast_instances(entry, 10, capacity) == 4  # the next window's 3500 prompt
+    assert forecast_instances(entry, 11, capacity) == 4
+    # A beat late: window 10 is past, only window 11 counts (here the smaller one).
+    low = {"next_window": 10, "forecast": {"prompt": [3500.0, 900.0], "decode": [0.0, 0.0]}}
+    assert forecast_instances(low, 11, capacity) == 1
+    assert forecast_instances(entry, 12, capacity) is None  # every window forecast is past
+    assert forecast_instances({"next_window": "x"}, 10, capacity) is None
+    assert forecast_instances({"next_window": 10, "forecast": {}}, 10, capacity) is None

@@ -14,6 +14,7 @@ from tests.support.scripted_cloud import ZONES, ScriptedCloud
 from workers.scaling.autoscaler import AutoscalerConfig
 from workers.scaling.controller import Preemption, ServiceStep, ServiceView, step_service
 from workers.scaling.fleet import ON_DEMAND, SPOT
+from workers.scaling.instance_scaler import InstanceScalerConfig
 
 VIEW = ServiceView(
     model_name="m",
@@ -120,3 +121,100 @@ def test_the_autoscaler_waits_out_its_delay_across_steps() -> None:
     step, view = beat(view, cloud, now=30.0, qps=4.0)
     assert step.decision.n_target == 4 and step.changed
     assert view.target_replicas == 4
+
+
+# --- the preserve scaler in the step ------------------------------------------------------
+
+KV = 1000
+PRESERVE = replace(
+    VIEW,
+    policy="on_demand",  # one replica per N: the counts below are N itself
+    autoscaler=AutoscalerConfig(
+        target_qps_per_replica=1.0, min_replicas=1, upscale_delay_s=0, downscale_delay_s=0
+    ),
+    scaler="preserve",
+    instance_scaler=InstanceScalerConfig(window_s=600.0, kv_capacity_tokens=KV, min_replicas=1),
+)
+BUSY = (990,) * 50 + (500,) * 50  # above 95 % of the KV cache in half of the next L
+CALM = (500,) * 100  # 50 %: neither overloaded nor under T_u (30 %)
+IDLE = (100,) * 100  # 10 %: under T_u
+
+
+def preserve_beat(
+    view: ServiceView,
+    cloud: ScriptedCloud,
+    *,
+    now: float,
+    qps: float = 0.0,
+    forecast_n: int | None = None,
+    lookaheads: Sequence[Sequence[int]] = (),
+    unmapped: int = 0,
+) -> tuple[ServiceStep, ServiceView]:
+    step = step_service(
+        view,
+        cloud.fleet(),
+        ZONES,
+        qps=qps,
+        now=now,
+        preemptions=(),
+        launcher=cloud,
+        forecast_n=forecast_n,
+        lookaheads=lookaheads,
+        unmapped=unmapped,
+    )
+    stored = replace(view, target_replicas=step.decision.n_target, scaling_state=step.scaling_state)
+    return step, stored
+
+
+def test_preserve_launches_the_forecast_n_a_window_before_the_ramp() -> None:
+    proactive, reactive = ScriptedCloud(), ScriptedCloud()
+    p_view, r_view = PRESERVE, replace(PRESERVE, scaler="request-rate")
+    for now, qps, forecast in ((0.0, 1.0, 1), (600.0, 1.0, 4)):  # the ramp is a window ahead
+        p_step, p_view = preserve_beat(p_view, proactive, now=now, qps=qps, forecast_n=forecast)
+        r_step, r_view = preserve_beat(r_view, reactive, now=now, qps=qps, forecast_n=forecast)
+    assert (p_step.decision.n_target, proactive.count(ON_DEMAND)) == (4, 4)
+    assert (r_step.decision.n_target, reactive.count(ON_DEMAND)) == (1, 1)
+    assert p_step.changed and p_step.decision.scaler == "preserve"
+    assert p_step.decision.reason["forecast_n"] == 4
+    assert p_step.decision.why == "forecast N=4 for window 1 -> N=4"
+    assert r_step.decision.scaler == "request-rate" and "request rate 1.00/s" in r_step.decision.why
+    # The stored state carries both: the reactive floor's and the instance scaler's.
+    assert {"autoscaler", "instance_scaler", "placement"} <= set(p_step.scaling_state)
+
+
+def test_preserve_adds_one_replica_for_one_overloaded_replica() -> None:
+    cloud = ScriptedCloud()
+    _, view = preserve_beat(PRESERVE, cloud, now=0.0, forecast_n=3)
+    cloud.make_ready()
+    step, view = preserve_beat(view, cloud, now=60.0, lookaheads=[BUSY, CALM, CALM])
+    assert step.decision.n_target == 4 and len(step.decision.launched) == 1
+    assert step.decision.reason["overloaded"] == 1
+    assert step.decision.why == "1 of 3 ready replicas potentially overloaded +1 -> N=4"
+    # The helper is still cold-starting: the same maps do not ask for another.
+    step, _ = preserve_beat(view, cloud, now=120.0, lookaheads=[BUSY, CALM, CALM])
+    assert step.decision.n_target == 4 and step.decision.launched == []
+
+
+def test_preserve_scales_down_at_most_once_per_window_and_never_below_the_request_rate() -> None:
+    cloud = ScriptedCloud()
+    _, view = preserve_beat(PRESERVE, cloud, now=0.0, forecast_n=6)
+    cloud.make_ready()
+    # 6 replicas at 10 %: 0.6 replicas' worth, packed to 30 % -> 2.
+    step, view = preserve_beat(view, cloud, now=60.0, lookaheads=[IDLE] * 6)
+    assert step.decision.n_target == 2 and len(step.decision.terminated) == 4
+    assert step.decision.reason["scaled_down_to"] == 2
+    # Still idle, same window: the window's one scale-down is spent.
+    step, view = preserve_beat(view, cloud, now=120.0, lookaheads=[(10,) * 100] * 2)
+    assert step.decision.n_target == 2 and step.decision.terminated == []
+    # The next window may scale down again, but not below the request-rate N (3 qps).
+    step, view = preserve_beat(view, cloud, now=660.0, qps=3.0, lookaheads=[(10,) * 100] * 2)
+    assert step.decision.n_target == 3 and step.decision.reason["reactive_floor"] is True
+
+
+def test_preserve_does_not_scale_down_on_a_load_it_cannot_see() -> None:
+    cloud = ScriptedCloud()
+    _, view = preserve_beat(PRESERVE, cloud, now=0.0, forecast_n=4)
+    cloud.make_ready()
+    step, _ = preserve_beat(view, cloud, now=60.0, lookaheads=[IDLE] * 3, unmapped=1)
+    assert step.decision.n_target == 4 and step.decision.terminated == []
+    assert "1 ready replicas without a look-ahead map" in step.decision.why

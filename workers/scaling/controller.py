@@ -2,8 +2,12 @@
 
 ``step_service`` runs, for one service on one beat:
 
-1. the request-rate autoscaler (``autoscaler``): the QPS over the service's window
-   gives N_tar, with the up/down delays carried in the stored state;
+1. the service's scaling policy (``scalers``) says how many: ``request-rate``
+   (SkyServe's autoscaler, the default: the QPS over the service's window gives
+   N_tar, with the up/down delays carried in the stored state) or ``preserve``
+   (PreServe's instance scaler: the forecast N at each window's start, one more
+   replica per potentially overloaded one from the replicas' KV look-ahead maps,
+   at most one scale-down per window, never below the request-rate N);
 2. the placement policy, rebuilt from its stored snapshot and told what happened
    since the last beat: spot preemptions, and spot replicas that have become ready
    (SpotHedge's Algorithm 1 moves zones between Z_A and Z_P on exactly these);
@@ -25,11 +29,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from workers.scaling.autoscaler import AutoscalerConfig, AutoscalerState, RequestRateAutoscaler
+from workers.scaling.autoscaler import AutoscalerConfig
 from workers.scaling.base import PlacementPolicy
 from workers.scaling.fleet import ON_DEMAND, SPOT, Fleet, Launcher, MixTarget, ZoneOffer
+from workers.scaling.instance_scaler import InstanceScalerConfig
 from workers.scaling.reconcile import ReconcileResult, reconcile
 from workers.scaling.registry import build_policy
+from workers.scaling.scalers import ScalingOutcome, ScalingSignals, build_scaler
 
 
 @dataclass(frozen=True)
@@ -43,6 +49,8 @@ class ServiceView:
     static_on_demand: int
     target_replicas: int | None  # N_tar stored by the previous step (None: never scaled)
     scaling_state: Mapping[str, object]
+    scaler: str = "request-rate"  # how many (``scalers``); ``policy`` says where
+    instance_scaler: InstanceScalerConfig = field(default_factory=InstanceScalerConfig)
 
 
 @dataclass(frozen=True)
@@ -64,6 +72,9 @@ class ScaleDecision:
     launched: list[str] = field(default_factory=list)
     terminated: list[str] = field(default_factory=list)
     refused: list[str] = field(default_factory=list)
+    scaler: str = "request-rate"  # the scaling policy that decided N_tar
+    why: str = ""  # its reason in one line
+    reason: dict[str, object] = field(default_factory=dict)  # the same as plain data
 
 
 @dataclass(frozen=True)
@@ -84,28 +95,38 @@ def step_service(
     now: float,
     preemptions: Sequence[Preemption],
     launcher: Launcher,
+    forecast_n: int | None = None,
+    lookaheads: Sequence[Sequence[int]] = (),
+    unmapped: int = 0,
 ) -> ServiceStep:
     """One beat for one service; ``fleet`` holds its launched replicas (dead ones left
-    out), ``preemptions`` every one the provider reported (other services' are ignored)."""
+    out), ``preemptions`` every one the provider reported (other services' are ignored).
+    ``forecast_n`` (the forecast's N for the windows ahead, None: no forecast) and
+    ``lookaheads`` (each ready replica's anticipated KV tokens per iteration, and
+    ``unmapped``: how many ready replicas have no known map) feed the ``preserve``
+    scaler; ``request-rate`` reads the QPS only."""
     mine = [p for p in preemptions if p.model_name == view.model_name]
-    scaled = autoscale(view, qps, now)
+    scaled = decide_n(view, now, ScalingSignals(qps, forecast_n, tuple(lookaheads), unmapped))
     policy = restore_policy(view, zones, fleet, mine)
     result = reconcile(policy, scaled.n_target, fleet, launcher, now=now)
     placement = policy.snapshot()
     changed = bool(result.launched or result.terminated or mine)
+    decision = _decision(view.model_name, qps, scaled.n_target, fleet, result)
+    decision.scaler, decision.why, decision.reason = view.scaler, scaled.describe, scaled.reason
     return ServiceStep(
-        decision=_decision(view.model_name, qps, scaled.n_target, fleet, result),
+        decision=decision,
         target=result.target,
         placement=placement,
-        scaling_state=next_state(scaled, placement, fleet, result.target),
+        scaling_state=next_state(scaled.state, placement, fleet, result.target),
         changed=changed or scaled.n_target != view.target_replicas,
     )
 
 
-def autoscale(view: ServiceView, qps: float, now: float) -> AutoscalerState:
+def decide_n(view: ServiceView, now: float, signals: ScalingSignals) -> ScalingOutcome:
+    """The service's scaling policy over its stored state: N_tar, the state, why."""
+    scaler = build_scaler(view.scaler, view.autoscaler, view.instance_scaler)
     fallback = view.target_replicas or view.autoscaler.min_replicas
-    previous = AutoscalerState.from_dict(view.scaling_state.get("autoscaler"), fallback)
-    return RequestRateAutoscaler(view.autoscaler).step(previous, now, qps)
+    return scaler.decide(view.scaling_state, fallback, now, signals)
 
 
 def restore_policy(
@@ -136,10 +157,12 @@ def restore_policy(
 
 
 def next_state(
-    scaled: AutoscalerState, placement: dict[str, object], fleet: Fleet, target: MixTarget
+    scaled: Mapping[str, object], placement: dict[str, object], fleet: Fleet, target: MixTarget
 ) -> dict[str, object]:
+    """``scaled``: the scaling policy's state (its autoscaler's, and the instance
+    scaler's under ``preserve``)."""
     return {
-        "autoscaler": scaled.to_dict(),
+        **scaled,
         "placement": placement,
         # Bounded: only handles of replicas still launched.
         "ready_seen": sorted(r.handle for r in fleet.replicas if r.ready),

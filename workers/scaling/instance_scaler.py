@@ -32,6 +32,8 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from workers.scaling.workload_forecast import InstanceCapacity
+
 
 @dataclass(frozen=True)
 class InstanceScalerConfig:
@@ -86,6 +88,31 @@ class ScalerSignals:
     forecast_n: int | None
     reactive_n: int
     lookaheads: Sequence[Sequence[int]]
+    # Ready replicas whose map is not known (no recent report): counted as ready, and
+    # while there is one the fleet's load is not known, so no under-load scale-down.
+    unmapped: int = 0
+
+
+def forecast_instances(
+    forecast: Mapping[str, object], now_window: int, capacity: InstanceCapacity
+) -> int | None:
+    """N for the windows ahead from a stored forecast (``workers.forecasting``'s entry:
+    ``next_window`` and the prompt and decode token forecasts of it and the one after):
+    the largest N over the forecast windows not yet past, so the next window's replicas
+    launch a window early (their cold start).  None when the entry is malformed or
+    every window it forecasts is past (the forecast beat has not run for a while)."""
+    first, tokens = forecast.get("next_window"), forecast.get("forecast")
+    if not isinstance(first, int) or not isinstance(tokens, Mapping):
+        return None
+    prompt, decode = tokens.get("prompt"), tokens.get("decode")
+    if not isinstance(prompt, list) or not isinstance(decode, list):
+        return None
+    needs = [
+        capacity.instances(max(0.0, float(p)), max(0.0, float(d)))
+        for index, (p, d) in enumerate(zip(prompt, decode, strict=False), start=first)
+        if index >= now_window and isinstance(p, int | float) and isinstance(d, int | float)
+    ]
+    return max(needs) if needs else None
 
 
 class InstanceScaler:
@@ -111,22 +138,87 @@ class InstanceScaler:
     def step(
         self, state: InstanceScalerState, now: float, signals: ScalerSignals
     ) -> InstanceScalerState:
+        return self.decide(state, now, signals)[0]
+
+    def decide(
+        self, state: InstanceScalerState, now: float, signals: ScalerSignals
+    ) -> tuple[InstanceScalerState, ScalerReason]:
+        """The next state, and which tier set its N (for the operator's Event)."""
         c = self.config
         window = math.floor(now / c.window_s)
         n, down_in, handled = state.n_target, state.scaled_down_in, state.window
+        forecast_n: int | None = None
         if window != state.window and signals.forecast_n is not None:
             # A window's start, once, when its forecast is there (a late one still counts).
             if signals.forecast_n < n:
                 down_in = window
-            n, handled = signals.forecast_n, window
-        ready = len(signals.lookaheads)
+            n, handled, forecast_n = signals.forecast_n, window, signals.forecast_n
+        ready = len(signals.lookaheads) + signals.unmapped
         overloaded = sum(1 for ahead in signals.lookaheads if self.overloaded(ahead))
+        kept: int | None = None
         if overloaded:
             n = max(n, ready + overloaded)
-        elif down_in != window:
+        elif down_in != window and not signals.unmapped:
             keep = self.keep_after_scale_down(signals.lookaheads)
             if keep is not None and keep < n:
-                n, down_in = keep, window
+                n, down_in, kept = keep, window, keep
+        proactive = n
         n = max(n, signals.reactive_n)
         n = max(c.min_replicas, min(c.max_replicas, n))
-        return InstanceScalerState(n_target=n, window=handled, scaled_down_in=down_in)
+        reason = ScalerReason(
+            window=window,
+            forecast_n=forecast_n,
+            ready=ready,
+            unmapped=signals.unmapped,
+            overloaded=overloaded,
+            scaled_down_to=kept,
+            reactive_n=signals.reactive_n,
+            reactive_floor=signals.reactive_n > proactive,
+        )
+        return InstanceScalerState(n_target=n, window=handled, scaled_down_in=down_in), reason
+
+
+@dataclass(frozen=True)
+class ScalerReason:
+    """Why one step's N is what it is: the forecast N applied at this window's start
+    (None: not this beat), the ready replicas and how many of them look overloaded
+    (each adds one), the under-load scale-down's N (None: none this beat), and the
+    reactive N with whether it was the floor that decided."""
+
+    window: int
+    forecast_n: int | None
+    ready: int
+    unmapped: int
+    overloaded: int
+    scaled_down_to: int | None
+    reactive_n: int
+    reactive_floor: bool
+
+    def describe(self) -> str:
+        parts = []
+        if self.forecast_n is not None:
+            parts.append(f"forecast N={self.forecast_n} for window {self.window}")
+        if self.overloaded:
+            parts.append(
+                f"{self.overloaded} of {self.ready} ready replicas potentially overloaded"
+                f" +{self.overloaded}"
+            )
+        if self.scaled_down_to is not None:
+            parts.append(f"all under-loaded: scale down to {self.scaled_down_to}")
+        if self.unmapped:
+            parts.append(f"{self.unmapped} ready replicas without a look-ahead map")
+        if self.reactive_floor:
+            parts.append(f"request-rate floor N={self.reactive_n}")
+        return "; ".join(parts) or "held"
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "window": self.window,
+            "forecast_n": self.forecast_n,
+            "ready": self.ready,
+            "unmapped": self.unmapped,
+            "overloaded": self.overloaded,
+            "scaled_down_to": self.scaled_down_to,
+            "reactive_n": self.reactive_n,
+            "reactive_floor": self.reactive_floor,
+        }

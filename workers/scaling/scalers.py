@@ -35,6 +35,18 @@ class ScalingSignals:
     qps: float
     forecast_n: int | None = None
     lookaheads: Sequence[Sequence[int]] = field(default_factory=tuple)
+    unmapped: int = 0  # ready replicas whose look-ahead map is not known
+
+
+@dataclass(frozen=True)
+class ScalingOutcome:
+    """One beat's N_tar, the state to store, and why (``reason``: plain data for the
+    ``scaling.decision`` Event; ``describe``: the same in one line)."""
+
+    n_target: int
+    state: dict[str, object]
+    reason: dict[str, object]
+    describe: str
 
 
 class ScalingPolicy(ABC):
@@ -43,11 +55,18 @@ class ScalingPolicy(ABC):
     def __init__(self, autoscaler: AutoscalerConfig, scaler: InstanceScalerConfig) -> None:
         self.autoscaler = RequestRateAutoscaler(autoscaler)
 
-    @abstractmethod
     def step(
         self, stored: Mapping[str, object], fallback: int, now: float, signals: ScalingSignals
     ) -> tuple[int, dict[str, object]]:
         """N_tar and the state to store; ``fallback``: N_tar when nothing is stored."""
+        outcome = self.decide(stored, fallback, now, signals)
+        return outcome.n_target, outcome.state
+
+    @abstractmethod
+    def decide(
+        self, stored: Mapping[str, object], fallback: int, now: float, signals: ScalingSignals
+    ) -> ScalingOutcome:
+        """``step`` with the reason for its N."""
 
     def reactive(
         self, stored: Mapping[str, object], fallback: int, now: float, qps: float
@@ -59,11 +78,16 @@ class ScalingPolicy(ABC):
 class RequestRatePolicy(ScalingPolicy):
     name = "request-rate"
 
-    def step(
+    def decide(
         self, stored: Mapping[str, object], fallback: int, now: float, signals: ScalingSignals
-    ) -> tuple[int, dict[str, object]]:
+    ) -> ScalingOutcome:
         scaled = self.reactive(stored, fallback, now, signals.qps)
-        return scaled.n_target, {"autoscaler": scaled.to_dict()}
+        return ScalingOutcome(
+            scaled.n_target,
+            {"autoscaler": scaled.to_dict()},
+            {"qps": round(signals.qps, 4)},
+            f"request rate {signals.qps:.2f}/s -> N={scaled.n_target}",
+        )
 
 
 class PreServePolicy(ScalingPolicy):
@@ -77,14 +101,21 @@ class PreServePolicy(ScalingPolicy):
         super().__init__(replace(autoscaler, downscale_delay_s=0.0), scaler)
         self.scaler = InstanceScaler(scaler)
 
-    def step(
+    def decide(
         self, stored: Mapping[str, object], fallback: int, now: float, signals: ScalingSignals
-    ) -> tuple[int, dict[str, object]]:
+    ) -> ScalingOutcome:
         scaled = self.reactive(stored, fallback, now, signals.qps)
         previous = InstanceScalerState.from_dict(stored.get("instance_scaler"), fallback)
-        inputs = ScalerSignals(signals.forecast_n, scaled.n_target, signals.lookaheads)
-        state = self.scaler.step(previous, now, inputs)
-        return state.n_target, {"autoscaler": scaled.to_dict(), "instance_scaler": state.to_dict()}
+        inputs = ScalerSignals(
+            signals.forecast_n, scaled.n_target, signals.lookaheads, signals.unmapped
+        )
+        state, why = self.scaler.decide(previous, now, inputs)
+        return ScalingOutcome(
+            state.n_target,
+            {"autoscaler": scaled.to_dict(), "instance_scaler": state.to_dict()},
+            {"qps": round(signals.qps, 4), **why.to_dict()},
+            f"{why.describe()} -> N={state.n_target}",
+        )
 
 
 SCALERS: dict[str, type[ScalingPolicy]] = {
