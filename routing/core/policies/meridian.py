@@ -44,11 +44,19 @@ Terms (seconds unless said), and where each number comes from:
   its own TTFT; in a closed loop that recomputation is what caps throughput.
 * ``pressure(r)``: PreServe's load anticipation (§4.3.1): ``K(r)``, the KV
   tokens ``r`` will hold over the next ``lookahead_tokens`` decode steps, is
-  the sum over its in-flight requests of ``prompt + min(predicted output,
-  lookahead_tokens)``, at least ``kv_usage`` x ``kv_capacity_tokens`` from the
-  latest probe.  With this request added, the ``overflow = K(r) + prompt +
-  min(pred, L) - kv_capacity_tokens`` tokens do not fit: the engine holds the
-  newcomer (or preempts a running request) until that much KV is freed.  The
+  the sum over its in-flight requests of ``U + min(predicted output,
+  lookahead_tokens)`` (each one's uncached prompt where it was sent: a prefix
+  the replica caches is held once, however many running requests share it,
+  as the engine's paged KV does), at least ``kv_usage`` x
+  ``kv_capacity_tokens`` from the latest probe.  With this request added, the
+  ``overflow = K(r) + U(r) + min(pred, L) - kv_capacity_tokens`` tokens do not
+  fit: the engine holds the newcomer (or preempts a running request) until
+  that much KV is freed.  Counting whole prompts instead made a replica whose
+  running requests share a 2k-token system prompt look several times fuller
+  than it is, and sent a cold turn where its holder had room (small-KV
+  conversations, 60 s: 15.1 to 16.0 req/s).  A turn whose own history is
+  cached but held by no running request re-pins it, so ``U`` undercounts by at
+  most that history.  The
   held KV drains as its requests finish, over about one request lifetime
   there (``out(r) x itl(r)``, ``out(r)`` the EWMA of output lengths finished
   on ``r``), so ``pressure(r) = overflow * out(r) * itl(r) / K(r)`` when
@@ -297,7 +305,7 @@ class MeridianPolicy(PolicyBase):
         return waited_s >= self.config.wait_limit_s
 
     def region_estimate(self, targets: Sequence[TargetState]) -> float:
-        typical = round(self.mean_prompt) + min(
+        typical = round(self.mean_uncached) + min(
             round(self.mean_output), self.config.lookahead_tokens
         )
         return min(
@@ -369,15 +377,17 @@ class MeridianPolicy(PolicyBase):
     def replica_cost(self, request: RequestDescriptor, target: TargetState, uncached: int) -> float:
         """ttft + harm + pressure of sending ``request`` to ``target`` now."""
         model = self._model(target.target_id)
-        return self._cost(model, target, uncached, self._kv_tokens(request))
+        return self._cost(model, target, uncached, self._decode_tokens(request))
 
-    def _cost(self, model: ReplicaModel, target: TargetState, uncached: int, kv: int) -> float:
+    def _cost(self, model: ReplicaModel, target: TargetState, uncached: int, decode: int) -> float:
         cfg = self.config
         rate = model.prefill_s_per_token
         prefill_s = uncached * rate
         ttft = cfg.local_rtt_s + cfg.step_s + model.queued_prefill * rate + prefill_s
         harm = cfg.harm_weight * prefill_s * model.decoding
-        return ttft + harm + self._pressure_s(target, model, kv)
+        # The KV it adds there: its uncached prompt and its look-ahead decode (the
+        # cached prefix is held already, once for every request sharing it).
+        return ttft + harm + self._pressure_s(target, model, uncached + decode)
 
     def _pressure_s(self, target: TargetState, model: ReplicaModel, kv_tokens: int) -> float:
         """Seconds until ``target`` frees room for ``kv_tokens`` more KV tokens."""
@@ -386,15 +396,11 @@ class MeridianPolicy(PolicyBase):
         overflow = held + kv_tokens - cfg.kv_capacity_tokens
         if overflow <= 0:
             return 0.0
-        # The held tokens drain as their requests finish decoding, over about one
-        # request lifetime there (its mean output x itl): the overflow frees in that
-        # share of it.
-        return overflow * model.mean_output * model.itl_s / held
+        return _drain_s(overflow, held, model)
 
-    def _kv_tokens(self, request: RequestDescriptor) -> int:
-        return request.prompt_tokens + min(
-            self.predicted_output(request), self.config.lookahead_tokens
-        )
+    def _decode_tokens(self, request: RequestDescriptor) -> int:
+        """KV tokens the request's decoding adds within the look-ahead."""
+        return min(self.predicted_output(request), self.config.lookahead_tokens)
 
     def _best_replica(
         self, request: RequestDescriptor, targets: dict[str, TargetState], uncached: dict[str, int]
@@ -440,7 +446,7 @@ class MeridianPolicy(PolicyBase):
         """
         if not by_id:
             return None, math.inf
-        kv = self._kv_tokens(request)
+        decode = self._decode_tokens(request)
         best: TargetState | None = None
         best_cost = math.inf
         for target_id, tokens in uncached.items():
@@ -448,7 +454,7 @@ class MeridianPolicy(PolicyBase):
             if target is None:
                 continue
             rate = self._model(target_id).prefill_s_per_token
-            cost = self._cost(self.replicas[target_id], target, tokens, kv)
+            cost = self._cost(self.replicas[target_id], target, tokens, decode)
             cost += extra_tokens * rate
             if best is None or (cost, load_key(target)) < (best_cost, load_key(best)):
                 best, best_cost = target, cost
@@ -466,7 +472,8 @@ class MeridianPolicy(PolicyBase):
             if target is None or target_id in uncached:
                 continue
             model = replicas[target_id]
-            cost = self._cost(model, target, prompt, kv) + extra_tokens * model.prefill_s_per_token
+            cost = self._cost(model, target, prompt, decode)
+            cost += extra_tokens * model.prefill_s_per_token
             if cost < best_cost:
                 best, best_cost = target, cost
         return best, best_cost
@@ -513,7 +520,7 @@ class MeridianPolicy(PolicyBase):
             model.queued_prefill -= 0 if previous.prefilled else previous.uncached
             model.decoding -= 1 if previous.prefilled else 0
             self.decoding_total -= 1 if previous.prefilled else 0
-        entry = InFlight(uncached, self._kv_tokens(request), model.queued_prefill)
+        entry = InFlight(uncached, uncached + self._decode_tokens(request), model.queued_prefill)
         model.inflight[request.request_id] = entry
         model.queued_prefill += uncached
         model.kv_tokens += entry.kv_tokens
@@ -541,7 +548,7 @@ class MeridianPolicy(PolicyBase):
         """Move ``target_id`` to its place by its cost floor (O(log n) search)."""
         queued_s = model.queued_prefill * model.prefill_s_per_token
         over = model.kv_tokens - self.config.kv_capacity_tokens
-        pressure_s = over * model.mean_output * model.itl_s / model.kv_tokens if over > 0 else 0.0
+        pressure_s = _drain_s(over, model.kv_tokens, model) if over > 0 else 0.0
         key = (queued_s + pressure_s, target_id)
         old = self._floor_key.get(target_id)
         if old == key:
@@ -557,6 +564,16 @@ class MeridianPolicy(PolicyBase):
 
     def _ewma(self, current: float, sample: float) -> float:
         return current + self.config.ewma_alpha * (sample - current)
+
+
+def _drain_s(overflow: int, held: int, model: ReplicaModel) -> float:
+    """Seconds until ``overflow`` KV tokens are freed on a replica holding ``held``.
+
+    The held tokens drain as their requests finish decoding, over about one
+    request lifetime there (its mean output x itl): the overflow frees in that
+    share of it.
+    """
+    return overflow * model.mean_output * model.itl_s / max(1, held)
 
 
 def _clamp(value: float, low: float, high: float) -> float:

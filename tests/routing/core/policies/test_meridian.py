@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import random
+from dataclasses import replace
 
 import pytest
 
@@ -103,6 +104,31 @@ def test_kv_look_ahead_prices_a_replica_that_would_overflow() -> None:
     # The probe's KV usage counts too, when it shows more than the ledger.
     empty.kv_usage = 0.99
     assert policy.replica_cost(newcomer, empty, 200) > policy.replica_cost(newcomer, full, 200)
+
+
+def test_a_cached_prefix_adds_no_kv_where_it_is_held() -> None:
+    # Requests sharing a system prompt hold its KV once: a holder's look-ahead grows
+    # by a newcomer's uncached tokens and decode only, a cold replica's by all of it.
+    config = MeridianConfig(kv_capacity_tokens=4096, lookahead_tokens=100, harm_weight=0.0)
+    policy = MeridianPolicy(config)
+    holder, cold = target("holder"), target("cold")
+    system = prefix(1, 150)  # 2,400 tokens
+    first = replace(request(prefix(2, 4, system)), predicted_output_tokens=100)
+    policy.select(first, [holder])
+    policy.observe_first_token(first, "holder", on_profile(first.prompt_tokens))
+    assert policy.replicas["holder"].kv_tokens == 2464 + 100
+    second = replace(request(prefix(3, 4, system)), predicted_output_tokens=100)
+    # 64 new tokens and 100 of decode fit beside the first request's 2,564.
+    assert policy.replica_cost(second, holder, 64) == pytest.approx(on_profile(64))
+    assert policy.select(second, [holder, cold]) is holder
+    assert policy.replicas["holder"].kv_tokens == 2564 + 164
+    policy.observe_first_token(second, "holder", on_profile(64))
+    # A third, cold on the holder too (2,464 tokens it lacks), would overflow it.
+    third = sized(2464, "third", output=100)
+    overflow = 2728 + 2564 - 4096
+    lifetime = policy.replicas["holder"].mean_output * config.itl_s
+    extra = policy.replica_cost(third, holder, 2464) - policy.replica_cost(third, cold, 2464)
+    assert extra == pytest.approx(overflow * lifetime / 2728)
 
 
 def test_the_admission_limit_is_queued_prefill_tokens() -> None:
