@@ -301,7 +301,7 @@ class MeridianPolicy(PolicyBase):
             admitting, waiting = self._with_affinity(request, admitting, waiting, uncached)
         best = self._best_replica(request, admitting, uncached)
         if waiting:
-            wait = self._best_wait(request, waiting, uncached, queued_ahead, len(admitting))
+            wait = self._best_wait(request, waiting, uncached, queued_ahead, len(local))
             if wait.cost_s < best.cost_s:
                 best = wait
         if peers:
@@ -329,11 +329,13 @@ class MeridianPolicy(PolicyBase):
         prompt = request.prompt_tokens
         if prompt <= limit:
             return admitting, waiting  # the best holder saves no more than the slack
-        near = {t: v for t, v in admitting.items() if uncached.get(t, prompt) <= limit}
+        # Over the holders only (a decision must not walk every replica in Python).
+        near = {t: admitting[t] for t, u in uncached.items() if u <= limit and t in admitting}
         if len(near) == len(admitting):
             return admitting, waiting
-        far = {t: v for t, v in admitting.items() if t not in near}
-        return near, {**waiting, **far}
+        # Every admitting replica joins the held-back ones, the near ones included: as
+        # a wait each costs more than itself as a replica, so it never wins as one.
+        return near, {**waiting, **admitting}
 
     def admits(self, target: TargetState) -> bool:
         model = self.replicas.get(target.target_id)
@@ -454,12 +456,12 @@ class MeridianPolicy(PolicyBase):
         held_back: dict[str, TargetState],
         uncached: dict[str, int],
         queued_ahead: int,
-        admitting: int,
+        replicas: int,
     ) -> Choice:
         # replica_cost already counts all of Q(h): what waits here for h to admit is
         # prefilled that much later at the engine, not twice.  What waiting adds is
         # the requests queued ahead here, spread over the region's replicas.
-        ahead_tokens = queued_ahead * self.mean_uncached / max(1, admitting + len(held_back))
+        ahead_tokens = queued_ahead * self.mean_uncached / max(1, replicas)
         _, cost = self._cheapest(request, held_back, uncached, ahead_tokens)
         return Choice(Option.WAIT, None, cost)
 
