@@ -489,15 +489,19 @@ class MeridianPolicy(PolicyBase):
         decode = self._decode_tokens(request)
         best: TargetState | None = None
         best_cost = math.inf
+        holders = 0
         for target_id, tokens in uncached.items():
             target = by_id.get(target_id)
             if target is None:
                 continue
+            holders += 1
             rate = self._model(target_id).prefill_s_per_token
             cost = self._cost(self.replicas[target_id], target, tokens, decode)
             cost += extra_tokens * rate
             if best is None or (cost, load_key(target)) < (best_cost, load_key(best)):
                 best, best_cost = target, cost
+        if holders == len(by_id):
+            return best, best_cost  # no cold target among them: nothing to walk
         if not self._floor_key.keys() >= by_id.keys():
             for target_id in by_id.keys() - self._floor_key.keys():
                 self._model(target_id)  # a target never seen: index it (idle, default rates)
