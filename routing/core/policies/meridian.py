@@ -44,11 +44,19 @@ Terms (seconds unless said), and where each number comes from:
   its own TTFT; in a closed loop that recomputation is what caps throughput.
 * ``pressure(r)``: PreServe's load anticipation (§4.3.1): ``K(r)``, the KV
   tokens ``r`` will hold over the next ``lookahead_tokens`` decode steps, is
-  the sum over its in-flight requests of ``prompt + min(predicted output,
-  lookahead_tokens)``, at least ``kv_usage`` x ``kv_capacity_tokens`` from the
-  latest probe.  With this request added, the ``overflow = K(r) + prompt +
-  min(pred, L) - kv_capacity_tokens`` tokens do not fit: the engine holds the
-  newcomer (or preempts a running request) until that much KV is freed.  The
+  the sum over its in-flight requests of ``U + min(predicted output,
+  lookahead_tokens)`` (each one's uncached prompt where it was sent: a prefix
+  the replica caches is held once, however many running requests share it,
+  as the engine's paged KV does), at least ``kv_usage`` x
+  ``kv_capacity_tokens`` from the latest probe.  With this request added, the
+  ``overflow = K(r) + U(r) + min(pred, L) - kv_capacity_tokens`` tokens do not
+  fit: the engine holds the newcomer (or preempts a running request) until
+  that much KV is freed.  Counting whole prompts instead made a replica whose
+  running requests share a 2k-token system prompt look several times fuller
+  than it is, and sent a cold turn where its holder had room (small-KV
+  conversations, 60 s: 15.1 to 16.0 req/s).  A turn whose own history is
+  cached but held by no running request re-pins it, so ``U`` undercounts by at
+  most that history.  The
   held KV drains as its requests finish, over about one request lifetime
   there (``out(r) x itl(r)``, ``out(r)`` the EWMA of output lengths finished
   on ``r``), so ``pressure(r) = overflow * out(r) * itl(r) / K(r)`` when
@@ -82,6 +90,19 @@ balancer would have served within.  ``wait_limit_s`` is one probe interval
 until the next probe says where room is; a longer hold only moved the
 engine's queue into the balancer (ToT, 60 virtual s: TTFT p90 1.16 s at a 1 s
 limit, 0.44 s at 0.25 s, the same throughput).
+
+Prefix affinity: until a request has waited ``wait_limit_s``, a local replica
+that lacks more than ``affinity_tokens`` (256) of what the best local holder of
+its prompt caches is an option only by waiting (it joins the held-back ones).
+The prices above are of the present; a cold copy of a shared prefix also costs
+the future: it pins that prefix's KV on a second replica for as long as the
+prefix stays in use there, and every later turn follows it.  Where KV is
+scarce that is what caps throughput (8k-token caches, 2k-token system prompts:
+at the cold start, with nothing decoding anywhere, a turn priced 1.28 s at the
+holder's queue against 1.19 s on an idle replica spread each system prompt
+over two replicas for the whole run; 60 virtual s: 15.9 to 18.0 req/s with
+affinity, SGLang's tree 18.9).  After ``wait_limit_s`` every replica is an
+option again, so affinity delays a cold placement by at most that long.
 
 Peer ``g``: priced with the same terms as a replica, seen from here:
 
@@ -154,6 +175,9 @@ class MeridianConfig:
     min_sample_tokens: int = 64
     # Waiting stays an option only this long, so it never becomes a timeout.
     wait_limit_s: float = 0.25
+    # Prefix affinity: a replica lacking more than this many tokens of what the best
+    # local holder caches is reached only by waiting (until wait_limit_s).
+    affinity_tokens: int = 256
 
     def __post_init__(self) -> None:
         positive = {
@@ -170,8 +194,8 @@ class MeridianConfig:
                 raise ValueError(f"{key} must be positive")
         if min(self.step_s, self.local_rtt_s, self.harm_weight, self.wait_limit_s) < 0:
             raise ValueError("step_s, local_rtt_s, harm_weight and wait_limit_s must be >= 0")
-        if self.lookahead_tokens < 0 or self.min_sample_tokens < 0:
-            raise ValueError("lookahead_tokens and min_sample_tokens must be >= 0")
+        if min(self.lookahead_tokens, self.min_sample_tokens, self.affinity_tokens) < 0:
+            raise ValueError("lookahead_tokens, min_sample_tokens and affinity_tokens must be >= 0")
         if not 0.0 < self.ewma_alpha <= 1.0:
             raise ValueError("ewma_alpha must be within (0, 1]")
 
@@ -269,7 +293,8 @@ class MeridianPolicy(PolicyBase):
         waited_s: float = 0.0,
         queued_ahead: int = 0,
     ) -> Choice:
-        if held_back and self.waives_admission(waited_s):
+        waived = self.waives_admission(waited_s)
+        if held_back and waived:
             # Waited long enough: held back or not, every replica is an option now.
             available, held_back = [*available, *held_back], ()
         # Built in C (dict over zip): at 512 targets a comprehension is a third of a decision.
@@ -277,9 +302,11 @@ class MeridianPolicy(PolicyBase):
         waiting = dict(zip(map(_TARGET_ID, held_back), held_back))
         local = admitting.keys() | waiting.keys() if waiting else admitting.keys()
         uncached = self.uncached_by_target(request, local)
+        if uncached and not waived:
+            admitting, waiting = self._with_affinity(request, admitting, waiting, uncached)
         best = self._best_replica(request, admitting, uncached)
-        if held_back:
-            wait = self._best_wait(request, waiting, uncached, queued_ahead, len(available))
+        if waiting:
+            wait = self._best_wait(request, waiting, uncached, queued_ahead, len(local))
             if wait.cost_s < best.cost_s:
                 best = wait
         if peers:
@@ -294,6 +321,27 @@ class MeridianPolicy(PolicyBase):
             self._record(request, best.target, tokens)
         return best
 
+    def _with_affinity(
+        self,
+        request: RequestDescriptor,
+        admitting: dict[str, TargetState],
+        waiting: dict[str, TargetState],
+        uncached: dict[str, int],
+    ) -> tuple[dict[str, TargetState], dict[str, TargetState]]:
+        """Admitting replicas that lack more than ``affinity_tokens`` of what the best
+        local holder caches move to the held-back ones: reached only by waiting."""
+        limit = min(uncached.values()) + self.config.affinity_tokens
+        prompt = request.prompt_tokens
+        if prompt <= limit:
+            return admitting, waiting  # the best holder saves no more than the slack
+        # Over the holders only (a decision must not walk every replica in Python).
+        near = {t: admitting[t] for t, u in uncached.items() if u <= limit and t in admitting}
+        if len(near) == len(admitting):
+            return admitting, waiting
+        # Every admitting replica joins the held-back ones, the near ones included: as
+        # a wait each costs more than itself as a replica, so it never wins as one.
+        return near, {**waiting, **admitting}
+
     def admits(self, target: TargetState) -> bool:
         model = self.replicas.get(target.target_id)
         return model is None or model.queued_prefill < self.config.admission_tokens
@@ -302,7 +350,7 @@ class MeridianPolicy(PolicyBase):
         return waited_s >= self.config.wait_limit_s
 
     def region_estimate(self, targets: Sequence[TargetState]) -> float:
-        typical = round(self.mean_prompt) + min(
+        typical = round(self.mean_uncached) + min(
             round(self.mean_output), self.config.lookahead_tokens
         )
         return min(
@@ -374,15 +422,17 @@ class MeridianPolicy(PolicyBase):
     def replica_cost(self, request: RequestDescriptor, target: TargetState, uncached: int) -> float:
         """ttft + harm + pressure of sending ``request`` to ``target`` now."""
         model = self._model(target.target_id)
-        return self._cost(model, target, uncached, self._kv_tokens(request))
+        return self._cost(model, target, uncached, self._decode_tokens(request))
 
-    def _cost(self, model: ReplicaModel, target: TargetState, uncached: int, kv: int) -> float:
+    def _cost(self, model: ReplicaModel, target: TargetState, uncached: int, decode: int) -> float:
         cfg = self.config
         rate = model.prefill_s_per_token
         prefill_s = uncached * rate
         ttft = cfg.local_rtt_s + cfg.step_s + model.queued_prefill * rate + prefill_s
         harm = cfg.harm_weight * prefill_s * model.decoding
-        return ttft + harm + self._pressure_s(target, model, kv)
+        # The KV it adds there: its uncached prompt and its look-ahead decode (the
+        # cached prefix is held already, once for every request sharing it).
+        return ttft + harm + self._pressure_s(target, model, uncached + decode)
 
     def _pressure_s(self, target: TargetState, model: ReplicaModel, kv_tokens: int) -> float:
         """Seconds until ``target`` frees room for ``kv_tokens`` more KV tokens."""
@@ -391,15 +441,11 @@ class MeridianPolicy(PolicyBase):
         overflow = held + kv_tokens - cfg.kv_capacity_tokens
         if overflow <= 0:
             return 0.0
-        # The held tokens drain as their requests finish decoding, over about one
-        # request lifetime there (its mean output x itl): the overflow frees in that
-        # share of it.
-        return overflow * model.mean_output * model.itl_s / held
+        return _drain_s(overflow, held, model)
 
-    def _kv_tokens(self, request: RequestDescriptor) -> int:
-        return request.prompt_tokens + min(
-            self.predicted_output(request), self.config.lookahead_tokens
-        )
+    def _decode_tokens(self, request: RequestDescriptor) -> int:
+        """KV tokens the request's decoding adds within the look-ahead."""
+        return min(self.predicted_output(request), self.config.lookahead_tokens)
 
     def _best_replica(
         self, request: RequestDescriptor, targets: dict[str, TargetState], uncached: dict[str, int]
@@ -415,12 +461,12 @@ class MeridianPolicy(PolicyBase):
         held_back: dict[str, TargetState],
         uncached: dict[str, int],
         queued_ahead: int,
-        admitting: int,
+        replicas: int,
     ) -> Choice:
         # replica_cost already counts all of Q(h): what waits here for h to admit is
         # prefilled that much later at the engine, not twice.  What waiting adds is
         # the requests queued ahead here, spread over the region's replicas.
-        ahead_tokens = queued_ahead * self.mean_uncached / max(1, admitting + len(held_back))
+        ahead_tokens = queued_ahead * self.mean_uncached / max(1, replicas)
         _, cost = self._cheapest(request, held_back, uncached, ahead_tokens)
         return Choice(Option.WAIT, None, cost)
 
@@ -445,18 +491,22 @@ class MeridianPolicy(PolicyBase):
         """
         if not by_id:
             return None, math.inf
-        kv = self._kv_tokens(request)
+        decode = self._decode_tokens(request)
         best: TargetState | None = None
         best_cost = math.inf
+        holders = 0
         for target_id, tokens in uncached.items():
             target = by_id.get(target_id)
             if target is None:
                 continue
+            holders += 1
             rate = self._model(target_id).prefill_s_per_token
-            cost = self._cost(self.replicas[target_id], target, tokens, kv)
+            cost = self._cost(self.replicas[target_id], target, tokens, decode)
             cost += extra_tokens * rate
             if best is None or (cost, load_key(target)) < (best_cost, load_key(best)):
                 best, best_cost = target, cost
+        if holders == len(by_id):
+            return best, best_cost  # no cold target among them: nothing to walk
         if not self._floor_key.keys() >= by_id.keys():
             for target_id in by_id.keys() - self._floor_key.keys():
                 self._model(target_id)  # a target never seen: index it (idle, default rates)
@@ -471,7 +521,8 @@ class MeridianPolicy(PolicyBase):
             if target is None or target_id in uncached:
                 continue
             model = replicas[target_id]
-            cost = self._cost(model, target, prompt, kv) + extra_tokens * model.prefill_s_per_token
+            cost = self._cost(model, target, prompt, decode)
+            cost += extra_tokens * model.prefill_s_per_token
             if cost < best_cost:
                 best, best_cost = target, cost
         return best, best_cost
@@ -518,7 +569,7 @@ class MeridianPolicy(PolicyBase):
             model.queued_prefill -= 0 if previous.prefilled else previous.uncached
             model.decoding -= 1 if previous.prefilled else 0
             self.decoding_total -= 1 if previous.prefilled else 0
-        entry = InFlight(uncached, self._kv_tokens(request), model.queued_prefill)
+        entry = InFlight(uncached, uncached + self._decode_tokens(request), model.queued_prefill)
         model.inflight[request.request_id] = entry
         model.queued_prefill += uncached
         model.kv_tokens += entry.kv_tokens
@@ -546,7 +597,7 @@ class MeridianPolicy(PolicyBase):
         """Move ``target_id`` to its place by its cost floor (O(log n) search)."""
         queued_s = model.queued_prefill * model.prefill_s_per_token
         over = model.kv_tokens - self.config.kv_capacity_tokens
-        pressure_s = over * model.mean_output * model.itl_s / model.kv_tokens if over > 0 else 0.0
+        pressure_s = _drain_s(over, model.kv_tokens, model) if over > 0 else 0.0
         key = (queued_s + pressure_s, target_id)
         old = self._floor_key.get(target_id)
         if old == key:
@@ -562,6 +613,16 @@ class MeridianPolicy(PolicyBase):
 
     def _ewma(self, current: float, sample: float) -> float:
         return current + self.config.ewma_alpha * (sample - current)
+
+
+def _drain_s(overflow: int, held: int, model: ReplicaModel) -> float:
+    """Seconds until ``overflow`` KV tokens are freed on a replica holding ``held``.
+
+    The held tokens drain as their requests finish decoding, over about one
+    request lifetime there (its mean output x itl): the overflow frees in that
+    share of it.
+    """
+    return overflow * model.mean_output * model.itl_s / max(1, held)
 
 
 def _clamp(value: float, low: float, high: float) -> float:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import random
+from dataclasses import replace
 
 import pytest
 
@@ -105,6 +106,31 @@ def test_kv_look_ahead_prices_a_replica_that_would_overflow() -> None:
     assert policy.replica_cost(newcomer, empty, 200) > policy.replica_cost(newcomer, full, 200)
 
 
+def test_a_cached_prefix_adds_no_kv_where_it_is_held() -> None:
+    # Requests sharing a system prompt hold its KV once: a holder's look-ahead grows
+    # by a newcomer's uncached tokens and decode only, a cold replica's by all of it.
+    config = MeridianConfig(kv_capacity_tokens=4096, lookahead_tokens=100, harm_weight=0.0)
+    policy = MeridianPolicy(config)
+    holder, cold = target("holder"), target("cold")
+    system = prefix(1, 150)  # 2,400 tokens
+    first = replace(request(prefix(2, 4, system)), predicted_output_tokens=100)
+    policy.select(first, [holder])
+    policy.observe_first_token(first, "holder", on_profile(first.prompt_tokens))
+    assert policy.replicas["holder"].kv_tokens == 2464 + 100
+    second = replace(request(prefix(3, 4, system)), predicted_output_tokens=100)
+    # 64 new tokens and 100 of decode fit beside the first request's 2,564.
+    assert policy.replica_cost(second, holder, 64) == pytest.approx(on_profile(64))
+    assert policy.select(second, [holder, cold]) is holder
+    assert policy.replicas["holder"].kv_tokens == 2564 + 164
+    policy.observe_first_token(second, "holder", on_profile(64))
+    # A third, cold on the holder too (2,464 tokens it lacks), would overflow it.
+    third = sized(2464, "third", output=100)
+    overflow = 2728 + 2564 - 4096
+    lifetime = policy.replicas["holder"].mean_output * config.itl_s
+    extra = policy.replica_cost(third, holder, 2464) - policy.replica_cost(third, cold, 2464)
+    assert extra == pytest.approx(overflow * lifetime / 2728)
+
+
 def test_the_admission_limit_is_queued_prefill_tokens() -> None:
     policy = MeridianPolicy(MeridianConfig(admission_tokens=1000))
     a = target("a")
@@ -122,7 +148,8 @@ def test_the_admission_limit_is_queued_prefill_tokens() -> None:
 
 
 def test_waiting_for_the_held_back_holder_beats_a_cold_replica() -> None:
-    policy = MeridianPolicy(MeridianConfig(admission_tokens=1000))
+    # Prices alone (no prefix affinity: see the affinity test below).
+    policy = MeridianPolicy(MeridianConfig(admission_tokens=1000, affinity_tokens=1 << 20))
     holder, cold = target("holder"), target("cold")
     doc = prefix(1, 150)  # 2,400 tokens
     first = request(doc)
@@ -144,8 +171,36 @@ def test_waiting_for_the_held_back_holder_beats_a_cold_replica() -> None:
     assert late.option is Option.REPLICA and late.target is holder
 
 
+def test_prefix_affinity_waits_for_the_holder_until_the_wait_limit() -> None:
+    # A cold copy of a shared prefix pins KV for as long as the prefix is in use,
+    # which no price of the present sees: within wait_limit_s a replica lacking more
+    # than affinity_tokens of what the holder caches is reached only by waiting.
+    policy = MeridianPolicy(MeridianConfig(admission_tokens=1000, affinity_tokens=256))
+    holder, near, cold = target("holder"), target("near"), target("cold")
+    system = prefix(1, 150)  # 2,400 tokens
+    policy.select(request(system), [holder])
+    assert not policy.admits(holder)
+    turn = request(prefix(2, 2, system))
+    # Idle "cold" is cheaper now (2,432 tokens against 2,400 queued + 32), but it
+    # lacks the 2,400 tokens the holder caches: wait for the holder.
+    assert policy.uncached_by_target(turn, {"holder", "cold"}) == {"holder": 32}
+    choice = policy.choose(turn, [cold], [holder], [])
+    assert choice.option is Option.WAIT
+    # Once the request has waited wait_limit_s, every replica is an option again.
+    late = policy.choose(turn, [cold], [holder], [], waited_s=policy.config.wait_limit_s)
+    assert late.option is Option.REPLICA and late.target is cold
+    # A replica within affinity_tokens of the holder's match stays an option.
+    other = request(prefix(3, 10, system))
+    policy.select(other, [near])  # near holds the 2,400 too
+    policy.observe_first_token(other, "near", on_profile(2560))
+    assert policy.choose(request(prefix(4, 2, system)), [near, cold], [holder], []).target is near
+    # A prompt the holder saves no more than affinity_tokens of is not held back.
+    short = request(prefix(5, 20, prefix(1, 10)))  # 160 tokens cached of 480
+    assert policy.choose(short, [target("idle")], [holder], []).option is Option.REPLICA
+
+
 def test_queued_requests_ahead_make_waiting_dearer() -> None:
-    policy = MeridianPolicy(MeridianConfig(admission_tokens=100))
+    policy = MeridianPolicy(MeridianConfig(admission_tokens=100, affinity_tokens=1 << 20))
     holder, cold = target("holder"), target("cold")
     first = request(prefix(1, 20))
     policy.select(first, [holder])
@@ -303,5 +358,7 @@ def test_the_indexed_walk_finds_the_cheapest_of_every_candidate() -> None:
 def test_bad_config_is_refused() -> None:
     with pytest.raises(ValueError, match="admission_tokens"):
         MeridianConfig(admission_tokens=0)
+    with pytest.raises(ValueError, match="affinity_tokens"):
+        MeridianConfig(affinity_tokens=-1)
     with pytest.raises(ValueError, match="ewma_alpha"):
         MeridianConfig(ewma_alpha=0.0)
