@@ -1,9 +1,11 @@
 """ASGI entry point: the OpenAI-compatible proxy and the console over HTTP, the
 console's live views over WebSockets, and ASGI lifespan (uvicorn) for balancers.
 
-Requests under ``/v1/`` go to ``routing.api_asgi.ApiASGIHandler``, Django without
-the console's middleware and thread hops (see that module); everything else keeps
-the full Django stack.  Balancer processes start their runtime (topology, probes,
+The inference routes (``POST /v1/chat/completions`` and the other ``Endpoint`` paths)
+are served on plain ASGI by ``routing.api_plain.PlainApi``, no Django objects on the
+hot path; the rest of ``/v1/`` goes to ``routing.api_asgi.ApiASGIHandler``, Django
+without the console's middleware and thread hops (see that module); everything else
+keeps the full Django stack.  Balancer processes start their runtime (topology, probes,
 peer polls, heartbeats) as soon as the server runs, not on the first request: through
 the lifespan protocol under uvicorn, through the reactor under daphne, which sends
 no lifespan events.
@@ -29,6 +31,7 @@ from django.conf import settings  # noqa: E402
 
 from console.routing import websocket_urlpatterns  # noqa: E402
 from routing.api_asgi import API_PREFIX, ApiASGIHandler, by_path_prefix  # noqa: E402
+from routing.api_plain import PlainApi  # noqa: E402
 from routing.body_limit import BodyLimitMiddleware  # noqa: E402
 from routing.lifespan import LifespanApp, start_when_daphne_runs  # noqa: E402
 
@@ -41,7 +44,11 @@ http_app = (
 application = ProtocolTypeRouter(
     {
         "http": BodyLimitMiddleware(
-            by_path_prefix(API_PREFIX, ApiASGIHandler(), http_app),
+            by_path_prefix(
+                API_PREFIX,
+                PlainApi(ApiASGIHandler(), settings.MERIDIAN_MAX_BODY_BYTES),
+                http_app,
+            ),
             settings.MERIDIAN_MAX_BODY_BYTES,
         ),
         "lifespan": LifespanApp(),

@@ -13,7 +13,8 @@ inside the ASGI server (uvicorn for balancers by default, or daphne):
 * ``views/internal.py``: ``/internal/availability`` (peers, token), ``/internal/state``,
   ``/internal/cache_sync`` (anti-entropy now, token) and ``/internal/faults`` (drill
   faults: partition, dropped KV events; token);
-* ``api_asgi.py``: the ``/v1/`` ASGI handler (Django without middleware hops);
+* ``api_plain.py``: the inference routes on plain ASGI (no Django objects);
+* ``api_asgi.py``: the rest of ``/v1/`` (Django without middleware hops);
   ``body_limit.py``: 413 before Django spools a body; ``lifespan.py``: start the
   runtime with the server; ``asgi_types.py``: the ASGI callables' types they share;
 * ``dispatch.py``: carries the dispatch core's decisions out (requests to

@@ -25,10 +25,8 @@ import json
 import logging
 import time
 
-from django.http import HttpResponse, HttpResponseBase, StreamingHttpResponse
-
 from routing.cache_view import CacheViewMonitor
-from routing.calls import HOP_HEADER, ROUTE_FORWARDED_OUT, ProxyCall
+from routing.calls import HOP_HEADER, ROUTE_FORWARDED_OUT, ProxyCall, ProxyResponse
 from routing.core import errors
 from routing.core.dispatch import Decision, DispatchCore, Failure, Refuse, Send, Ticket, Wait
 from routing.core.remote import Placement
@@ -71,7 +69,7 @@ class Dispatcher:
         self.balancer = balancer
         self.loop = loop
 
-    async def dispatch(self, call: ProxyCall) -> HttpResponseBase:
+    async def dispatch(self, call: ProxyCall) -> ProxyResponse:
         ticket: Ticket[Waiter] = Ticket(call.descriptor, Waiter())
         decision = self.core.arrive(ticket, self.loop.time())
         while True:
@@ -84,7 +82,7 @@ class Dispatcher:
             if decision.retry:
                 self.metrics.retries.inc(call.request.model)
             outcome = await self._attempt(call, decision)
-            if isinstance(outcome, HttpResponseBase):
+            if isinstance(outcome, ProxyResponse):
                 return outcome
             decision = outcome
 
@@ -92,7 +90,7 @@ class Dispatcher:
 
     async def _attempt(
         self, call: ProxyCall, send: Send[Waiter]
-    ) -> HttpResponseBase | Decision[Waiter]:
+    ) -> ProxyResponse | Decision[Waiter]:
         """The response, or the core's next decision after a failure before the first byte."""
         ticket, placement = send.ticket, send.placement
         route = ROUTE_FORWARDED_OUT if placement.peer else call.route_in
@@ -166,7 +164,7 @@ class Dispatcher:
         route: str,
         opened: Opened,
         expected: int | None,
-    ) -> StreamingHttpResponse:
+    ) -> ProxyResponse:
         ttft = opened.first_byte_at - call.arrived
         self.metrics.ttft.observe(ttft, call.request.model, route)
         self.core.first_token(ticket, opened.first_byte_at)
@@ -188,9 +186,7 @@ class Dispatcher:
             )  # fmt: skip
 
         stream = RelayStream(opened, sse=sse, on_finish=finished)
-        response = StreamingHttpResponse(
-            stream, status=opened.status, content_type=opened.content_type
-        )
+        response = ProxyResponse(opened.status, opened.content_type, stream=stream)
         response["Cache-Control"] = "no-cache"
         response["X-Accel-Buffering"] = "no"  # nginx in front must not buffer SSE either
         self._stamp(response, call, target, opened)
@@ -205,7 +201,7 @@ class Dispatcher:
         opened: Opened,
         payload: bytes,
         expected: int | None,
-    ) -> HttpResponse:
+    ) -> ProxyResponse:
         usage = None
         content_type = opened.content_type
         if 200 <= opened.status < 300:
@@ -219,7 +215,7 @@ class Dispatcher:
                 payload, content_type = shaped, "application/json"
         ok = opened.status < 400
         self._settle(call, ticket, target, route, opened.status, usage, ok=ok, expected=expected)
-        response = HttpResponse(payload, status=opened.status, content_type=content_type)
+        response = ProxyResponse(opened.status, content_type, payload)
         self._stamp(response, call, target, opened)
         return response
 
@@ -267,7 +263,7 @@ class Dispatcher:
                 self.cache_view.observe(name, model, expected, usage.cached_tokens)
 
     def _stamp(
-        self, response: HttpResponseBase, call: ProxyCall, target: Placement, opened: Opened
+        self, response: ProxyResponse, call: ProxyCall, target: Placement, opened: Opened
     ) -> None:
         response["X-Request-ID"] = call.request_id
         for name, value in call.rate_limit_headers.items():

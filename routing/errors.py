@@ -1,10 +1,16 @@
-"""Turn ``routing.core.errors.ApiError`` into the HTTP response a client sees."""
+"""Turn ``routing.core.errors.ApiError`` into the HTTP response a client sees, and a
+view's ``ProxyResponse`` into Django's response for the views Django serves."""
 
 from __future__ import annotations
 
-from django.http import JsonResponse
+import json
 
+from django.http import HttpResponse, HttpResponseBase, JsonResponse, StreamingHttpResponse
+
+from routing.calls import ProxyResponse
 from routing.core.errors import ApiError
+
+JSON = "application/json"
 
 
 def error_response(error: ApiError, *, request_id: str | None = None) -> JsonResponse:
@@ -14,3 +20,29 @@ def error_response(error: ApiError, *, request_id: str | None = None) -> JsonRes
     if request_id:
         response["X-Request-ID"] = request_id
     return response
+
+
+def error_description(error: ApiError, *, request_id: str | None = None) -> ProxyResponse:
+    """``error_response`` as a ``ProxyResponse``: the same body, status and headers."""
+    response = ProxyResponse(error.status, JSON, json.dumps(error.body()).encode())
+    for name, value in error.headers.items():
+        response[name] = value
+    if request_id:
+        response["X-Request-ID"] = request_id
+    return response
+
+
+def to_django(response: ProxyResponse) -> HttpResponseBase:
+    """The Django response sending what ``response`` describes."""
+    django: HttpResponseBase
+    if response.stream is not None:
+        django = StreamingHttpResponse(
+            response.stream, status=response.status, content_type=response.content_type
+        )
+    else:
+        django = HttpResponse(
+            response.body, status=response.status, content_type=response.content_type
+        )
+    for name, value in response.items():
+        django[name] = value
+    return django

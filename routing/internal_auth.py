@@ -18,6 +18,7 @@ token (``may_scrape``).
 from __future__ import annotations
 
 import hmac
+from collections.abc import Mapping
 
 from django.conf import settings
 from django.http import HttpRequest
@@ -58,6 +59,11 @@ def may_scrape(request: HttpRequest, *, open_without_token: bool) -> bool:
 
 def forwarded_by_peer(request: HttpRequest, token: str) -> bool:
     """Whether ``request`` is a forward from an authenticated peer balancer."""
-    if not request.headers.get(HOP_HEADER):
+    return forwarded_with(request.headers, token)
+
+
+def forwarded_with(headers: Mapping[str, str], token: str) -> bool:
+    """``forwarded_by_peer`` from a request's headers (a mapping looked up in any case)."""
+    if not headers.get(HOP_HEADER):
         return False
-    return same_token(request.headers.get(PEER_TOKEN_HEADER, ""), token)
+    return same_token(headers.get(PEER_TOKEN_HEADER, ""), token)

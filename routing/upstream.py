@@ -181,7 +181,7 @@ class _Finisher:
 
 
 class RelayStream:
-    """Body of a ``StreamingHttpResponse`` relaying an opened upstream chunk by chunk.
+    """The stream of a ``ProxyResponse`` relaying an opened upstream chunk by chunk.
 
     With an ``SseRelay`` the stream is parsed event by event (usage recorded and,
     for clients that did not ask, the usage-only chunk removed); without one the
@@ -224,6 +224,12 @@ class RelayStream:
 
     def _filter(self, chunk: bytes) -> bytes:
         return self._sse.feed(chunk) if self._sse is not None else chunk
+
+    async def aclose(self) -> None:
+        """Settle a relay its client left before reading it to the end (closing the
+        upstream); a no-op once the relay has ended and settled."""
+        self._finalizer.detach()
+        await self._finisher.finish(OUTCOME_CLIENT_CLOSED)
 
 
 def _error_event(message: str) -> bytes:

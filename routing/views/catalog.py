@@ -26,7 +26,7 @@ from routing.core.errors import ApiError
 from routing.core.key_limits import NO_LIMITS, KeyLimits, model_not_allowed
 from routing.errors import error_response
 from routing.process import current_runtime, get_runtime
-from routing.views.completions import authorize, count_refusal
+from routing.views.completions import api_request, authorize, count_refusal
 
 if TYPE_CHECKING:
     from routing.runtime import BalancerRuntime
@@ -40,7 +40,7 @@ async def models(request: HttpRequest) -> HttpResponseBase:
     try:
         runtime, limits = await _authorized_get(request)
     except ApiError as error:
-        count_refusal(request, error)
+        count_refusal(api_request(request), error)
         return error_response(error)
     snapshot = runtime.snapshot
     served = snapshot.served_models if snapshot else ()
@@ -58,7 +58,7 @@ async def model(request: HttpRequest, model_id: str) -> HttpResponseBase:
         if not limits.allows(model_id, model_id):
             raise model_not_allowed(model_id)  # the same 404: nothing learnt
     except ApiError as error:
-        count_refusal(request, error)
+        count_refusal(api_request(request), error)
         return error_response(error)
     return JsonResponse(_card(runtime, model_id))
 
@@ -71,7 +71,7 @@ async def unknown_path(request: HttpRequest) -> HttpResponseBase:
     runtime = current_runtime()
     if runtime is not None:
         runtime.metrics.unknown_paths.inc(method if method in _METHODS else "other")
-    count_refusal(request, error)
+    count_refusal(api_request(request), error)
     return error_response(error)
 
 
@@ -80,7 +80,7 @@ async def _authorized_get(request: HttpRequest) -> tuple[BalancerRuntime, KeyLim
     if request.method != "GET":
         raise errors.method_not_allowed(request.method or "?", "GET")
     runtime = await get_runtime()
-    header = authorize(request, runtime)
+    header = authorize(api_request(request), runtime)
     snapshot = runtime.snapshot
     key_hash = hash_api_key(header.partition(" ")[2].strip())
     return runtime, snapshot.key_limits.get(key_hash, NO_LIMITS) if snapshot else NO_LIMITS

@@ -9,6 +9,10 @@ snapshot.  Every refusal is an OpenAI-style error, counted in ``/metrics``.
 
 CSRF is exempt: these are API endpoints authenticated by bearer keys, never by
 the console's session cookie.
+
+The work is ``handle``: plain values in (``ApiRequest``), a ``ProxyResponse`` out, so
+the plain ASGI path (``routing.api_plain``) serves it without Django's request and
+response objects; ``proxy``, the Django view, wraps it for Django's URLconf.
 """
 
 from __future__ import annotations
@@ -19,11 +23,19 @@ import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, ParamSpec, TypeVar
 
+from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponseBase
 from django.views.decorators.csrf import csrf_exempt
 
 from fleet.models import hash_api_key
-from routing.calls import ROUTE_FORWARDED_IN, ROUTE_LOCAL, ProxyCall
+from routing.calls import (
+    ROUTE_FORWARDED_IN,
+    ROUTE_LOCAL,
+    ApiRequest,
+    Headers,
+    ProxyCall,
+    ProxyResponse,
+)
 from routing.core import errors
 from routing.core.chat_template import TemplateError
 from routing.core.errors import ApiError
@@ -36,8 +48,8 @@ from routing.core.key_limits import (
 )
 from routing.core.lora import UnknownModelError, resolve_model
 from routing.core.openai_request import Endpoint, describe, parse_request, session_key
-from routing.errors import error_response
-from routing.internal_auth import forwarded_by_peer
+from routing.errors import error_description, to_django
+from routing.internal_auth import forwarded_with
 from routing.process import current_runtime, get_runtime
 
 if TYPE_CHECKING:
@@ -54,22 +66,45 @@ UNKNOWN_MODEL_LABEL = "-"
 @csrf_exempt
 async def proxy(request: HttpRequest, endpoint: Endpoint) -> HttpResponseBase:
     """The view of every ``Endpoint``; the URLconf passes which one."""
+    return to_django(await handle(api_request(request), endpoint))
+
+
+def api_request(request: HttpRequest) -> ApiRequest:
+    """A Django request as the views' plain values."""
+    try:
+        body: bytes | None = request.body
+    except (RequestDataTooBig, ValueError):
+        # Past DATA_UPLOAD_MAX_MEMORY_SIZE (above the API's limit), or a Content-Length
+        # that is not a number: ``read_body`` answers 413 or 400 from the header.
+        body = None
+    return ApiRequest(
+        request.method or "?",
+        request.path,
+        Headers(request.headers),
+        request.META.get("REMOTE_ADDR"),
+        body,
+    )
+
+
+async def handle(request: ApiRequest, endpoint: Endpoint) -> ProxyResponse:
+    """Admit and dispatch one request to ``endpoint``; every refusal is an OpenAI-style
+    error, counted in ``meridian_requests_total``."""
     arrived = time.monotonic()
     request_id = _request_id(request)
     model = UNKNOWN_MODEL_LABEL
     try:
         if request.method != "POST":
-            raise errors.method_not_allowed(request.method or "?", "POST")
+            raise errors.method_not_allowed(request.method, "POST")
         runtime = await get_runtime()
         call = await admit(request, runtime, endpoint, arrived=arrived, request_id=request_id)
         model = call.request.model
         return await serve(runtime, call)
     except ApiError as error:
         count_refusal(request, error, model)
-        return error_response(error, request_id=request_id)
+        return error_description(error, request_id=request_id)
 
 
-async def serve(runtime: BalancerRuntime, call: ProxyCall) -> HttpResponseBase:
+async def serve(runtime: BalancerRuntime, call: ProxyCall) -> ProxyResponse:
     """Dispatch an admitted call; when no response comes of it (refused, client gone, a
     bug) its key's hold is finished here (a response finishes it in the dispatcher's
     settle: when built, or when its stream ends however it ends)."""
@@ -80,13 +115,14 @@ async def serve(runtime: BalancerRuntime, call: ProxyCall) -> HttpResponseBase:
         raise
 
 
-def authorize(request: HttpRequest, runtime: BalancerRuntime) -> str:
+def authorize(request: ApiRequest, runtime: BalancerRuntime) -> str:
     """The ``Authorization`` header of a request with a live API key; else 401, or 429
     while its address is held down after too many failed attempts
     (``routing.core.auth_failures``).  A forward from an authenticated peer is never
     held down: the peer's address speaks for many clients, and it checked the key."""
     limiter = runtime.auth_failures
-    source = "" if forwarded_by_peer(request, runtime.config.internal_token) else _source(request)
+    forwarded = forwarded_with(request.headers, runtime.config.internal_token)
+    source = "" if forwarded else _source(request)
     now = time.monotonic()
     if source and (wait := limiter.retry_after(source, now)) is not None:
         raise errors.too_many_auth_failures(wait)
@@ -98,12 +134,12 @@ def authorize(request: HttpRequest, runtime: BalancerRuntime) -> str:
         raise
 
 
-def _source(request: HttpRequest) -> str:
+def _source(request: ApiRequest) -> str:
     # The connecting address only: a header such as X-Forwarded-For is the client's to forge.
-    return str(request.META.get("REMOTE_ADDR") or "-")
+    return request.remote_addr or "-"
 
 
-def _checked_key(request: HttpRequest, runtime: BalancerRuntime) -> str:
+def _checked_key(request: ApiRequest, runtime: BalancerRuntime) -> str:
     header = request.headers.get("Authorization", "")
     scheme, _, key = header.partition(" ")
     key = key.strip()
@@ -115,7 +151,7 @@ def _checked_key(request: HttpRequest, runtime: BalancerRuntime) -> str:
     return header
 
 
-def read_body(request: HttpRequest, limit: int) -> bytes:
+def read_body(request: ApiRequest, limit: int) -> bytes:
     """The body, refusing oversize ones by Content-Length before touching it.
 
     The declared length is checked first so a huge upload is refused without
@@ -123,7 +159,7 @@ def read_body(request: HttpRequest, limit: int) -> bytes:
     declare none.  (Django's ASGI handler has already spooled the body by the time
     a view runs; ``DATA_UPLOAD_MAX_MEMORY_SIZE`` sits just above this limit.)
     """
-    declared = request.META.get("CONTENT_LENGTH") or ""
+    declared = request.headers.get("Content-Length", "")
     try:
         size = int(declared) if declared else None
     except ValueError:
@@ -133,13 +169,15 @@ def read_body(request: HttpRequest, limit: int) -> bytes:
     if size is not None and size > limit:
         raise errors.request_too_large(size, limit)
     body = request.body
+    if body is None:
+        raise errors.request_too_large(size, limit)
     if len(body) > limit:
         raise errors.request_too_large(len(body), limit)
     return body
 
 
 async def admit(
-    request: HttpRequest,
+    request: ApiRequest,
     runtime: BalancerRuntime,
     endpoint: Endpoint,
     *,
@@ -181,12 +219,10 @@ async def admit(
         parsed,
         tokens,
         request_id=request_id,
-        session_key=session_key(
-            parsed, request.headers.get("X-Session-ID"), request.META.get("REMOTE_ADDR")
-        ),
+        session_key=session_key(parsed, request.headers.get("X-Session-ID"), request.remote_addr),
         # The base model's scheme: its replicas report the block size.
         scheme=runtime.block_schemes.scheme(model),
-        forwarded=forwarded_by_peer(request, runtime.config.internal_token),
+        forwarded=forwarded_with(request.headers, runtime.config.internal_token),
         model=model,
         lora=adapter,
     )
@@ -220,7 +256,7 @@ async def _maybe_in_thread(
     return function(*args, **kwargs)
 
 
-def _request_id(request: HttpRequest) -> str:
+def _request_id(request: ApiRequest) -> str:
     """The client's X-Request-ID when it is a sane header value, else a fresh one
     (it is sent on to replicas and peers, so it must stay short printable ASCII)."""
     given = request.headers.get("X-Request-ID", "")
@@ -229,7 +265,7 @@ def _request_id(request: HttpRequest) -> str:
     return uuid.uuid4().hex
 
 
-def count_refusal(request: HttpRequest, error: ApiError, model: str = UNKNOWN_MODEL_LABEL) -> None:
+def count_refusal(request: ApiRequest, error: ApiError, model: str = UNKNOWN_MODEL_LABEL) -> None:
     """Count a refused ``/v1`` request in ``meridian_requests_total`` (``model``: a
     configured model's name, else ``-``)."""
     runtime = current_runtime()
@@ -238,7 +274,7 @@ def count_refusal(request: HttpRequest, error: ApiError, model: str = UNKNOWN_MO
     runtime.metrics.requests.inc(model, str(error.status), request_route(request, runtime))
 
 
-def request_route(request: HttpRequest, runtime: BalancerRuntime) -> str:
+def request_route(request: ApiRequest, runtime: BalancerRuntime) -> str:
     """The ``route`` label of a request this balancer answers."""
-    forwarded = forwarded_by_peer(request, runtime.config.internal_token)
+    forwarded = forwarded_with(request.headers, runtime.config.internal_token)
     return ROUTE_FORWARDED_IN if forwarded else ROUTE_LOCAL

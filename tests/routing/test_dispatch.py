@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from routing.calls import HOP_HEADER
+from routing.calls import HOP_HEADER, ProxyResponse
 from routing.core.errors import ApiError
 from routing.core.topology import ModelSpec, PeerSpec
 from routing.internal_auth import PEER_TOKEN_HEADER
@@ -22,8 +22,9 @@ from tests.support.upstreams import MODEL, Upstreams
 pytestmark = pytest.mark.anyio
 
 
-async def _drain(response: Any) -> bytes:
-    return b"".join([chunk async for chunk in response])
+async def _drain(response: ProxyResponse) -> bytes:
+    assert response.stream is not None
+    return b"".join([chunk async for chunk in response.stream])
 
 
 async def test_failure_before_the_first_byte_retries_on_a_different_replica(

@@ -1,10 +1,11 @@
 """The ``/v1`` ASGI application in the test's own event loop, with a live runtime.
 
 ``serving_api`` builds what a balancer serves for ``/v1`` (the body limit in front of
-``ApiASGIHandler``) over a real ``BalancerRuntime`` whose replicas are loopback
-servers (``Replicas``), and makes the views reach that runtime.  ``Api.call`` sends
-one request as an ASGI server would and checks what every answer must be: below 500,
-JSON unless a stream, and no slot left taken.
+``PlainApi`` for the inference routes and ``ApiASGIHandler`` for the rest) over a
+real ``BalancerRuntime`` whose replicas are loopback servers (``Replicas``), and makes
+the views reach that runtime.  ``Api.call`` sends one request as an ASGI server would
+and checks what every answer must be: below 500, JSON unless a stream, and no slot
+left taken.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from django.conf import settings
 from fleet.models import hash_api_key
 from routing import runtime as runtime_module
 from routing.api_asgi import ApiASGIHandler
+from routing.api_plain import PlainApi
 from routing.body_limit import BodyLimitMiddleware
 from routing.core.openai_request import Endpoint
 from routing.runtime import BalancerRuntime
@@ -44,10 +46,13 @@ class Answer:
 class Api:
     """The ``/v1`` ASGI application with a live runtime, driven from sync tests."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, runtime: BalancerRuntime) -> None:
+    def __init__(
+        self, loop: asyncio.AbstractEventLoop, runtime: BalancerRuntime, upstreams: Upstreams
+    ) -> None:
         self.loop = loop
         self.runtime = runtime
-        self.app = BodyLimitMiddleware(ApiASGIHandler(), BODY_LIMIT)
+        self.upstreams = upstreams
+        self.app = BodyLimitMiddleware(PlainApi(ApiASGIHandler(), BODY_LIMIT), BODY_LIMIT)
 
     def call(
         self,
@@ -139,10 +144,11 @@ class Replicas(Upstreams):
 
 
 @contextmanager
-def serving_api(**config: Any) -> Iterator[Api]:
-    """An ``Api`` over a runtime built with ``config`` (``BalancerConfig`` fields)."""
+def serving_api(behaviour: dict[str, str] | None = None, **config: Any) -> Iterator[Api]:
+    """An ``Api`` over a runtime built with ``config`` (``BalancerConfig`` fields), its
+    replicas ``a`` and ``b`` answering as ``behaviour`` says (``Upstreams``)."""
     loop = asyncio.new_event_loop()
-    upstreams = Replicas()
+    upstreams = Replicas(**(behaviour or {}))
     rt = loop.run_until_complete(runtime_for(upstreams, max_body_bytes=BODY_LIMIT, **config))
     assert rt.snapshot is not None
     rt.adopt(dataclasses.replace(rt.snapshot, api_key_hashes=frozenset({hash_api_key(KEY)})))
@@ -156,7 +162,7 @@ def serving_api(**config: Any) -> Iterator[Api]:
         patch.setattr(runtime_module, "_runtime", rt)
         patch.setattr(runtime_module, "get_runtime", started)
         patch.setattr(settings, "MERIDIAN_BALANCER", "lb-us")
-        yield Api(loop, rt)
+        yield Api(loop, rt, upstreams)
     loop.run_until_complete(rt.close())
     loop.run_until_complete(upstreams.close())
     loop.run_until_complete(_finish_connections())

@@ -1,0 +1,168 @@
+"""The inference routes of the ``/v1/`` API on plain ASGI: no Django on the hot path.
+
+``PlainApi`` serves ``POST`` to every ``Endpoint`` path itself: headers from the
+scope, the body read under the API's limit, the view's own work
+(``routing.views.completions.handle``: plain values in, a ``ProxyResponse`` out) and
+the answer sent as ``http.response.start`` and ``http.response.body`` messages, a
+stream one message per relayed chunk.  No ``HttpRequest``, URL resolution or Django
+response stands between the client and the relay; the profile of ``manage.py bench
+proxy`` showed them as a large part of a proxied request's CPU time
+(docs/performance.md).  Every other path (the catalogue, unknown ``/v1`` paths, and
+whatever is not ``/v1``) goes on to ``fallback``.
+
+The answers are those of the Django view: the same statuses, headers and
+OpenAI-shaped errors, counted the same way.  An exception no view turned into an
+``ApiError`` becomes a 500 ``internal_error`` (logged, counted in
+``meridian_internal_errors_total`` and ``meridian_requests_total``).  A client that
+leaves cancels the work in hand: the dispatcher gives its lease back, the view
+finishes the key's hold, and a stream being relayed ends and settles as closed by
+the client (its upstream closed with it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncGenerator
+
+from routing.asgi_types import ASGIApp, Receive, Scope, Send
+from routing.calls import ROUTE_FORWARDED_IN, ROUTE_LOCAL, ApiRequest, Headers, ProxyResponse
+from routing.core import errors
+from routing.core.openai_request import Endpoint
+from routing.errors import error_description
+from routing.internal_auth import forwarded_with
+from routing.process import current_runtime
+from routing.upstream import RelayStream
+from routing.views.completions import UNKNOWN_MODEL_LABEL, handle
+
+logger = logging.getLogger(__name__)
+
+ENDPOINTS = {endpoint.path: endpoint for endpoint in Endpoint}
+
+
+class PlainApi:
+    """ASGI app serving the ``Endpoint`` paths; everything else goes to ``fallback``.
+
+    ``max_body``: the most body bytes read; a longer body is answered 413 unread
+    (``routing.body_limit`` in front refuses most of them before they arrive).
+    """
+
+    def __init__(self, fallback: ASGIApp, max_body: int) -> None:
+        if max_body < 1:
+            raise ValueError(f"max_body must be at least 1 byte, not {max_body}")
+        self.fallback = fallback
+        self.max_body = max_body
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        endpoint = ENDPOINTS.get(scope["path"]) if scope["type"] == "http" else None
+        if endpoint is None:
+            await self.fallback(scope, receive, send)
+            return
+        read = await _read_body(receive, self.max_body)
+        if read is _GONE:
+            return  # the client left before its body was in
+        client = scope.get("client")
+        request = ApiRequest(
+            scope["method"],
+            scope["path"],
+            Headers.from_asgi(scope.get("headers", [])),
+            str(client[0]) if client else None,
+            read if isinstance(read, bytes) else None,
+        )
+        await _respond(request, endpoint, receive, send)
+
+
+_GONE = object()
+_TOO_LARGE = object()
+
+
+async def _read_body(receive: Receive, limit: int) -> bytes | object:
+    """The body; ``_TOO_LARGE`` past ``limit`` bytes, ``_GONE`` if the client left."""
+    parts: list[bytes] = []
+    total = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return _GONE
+        if message["type"] != "http.request":
+            continue
+        part: bytes = message.get("body", b"")
+        total += len(part)
+        if total > limit:
+            return _TOO_LARGE
+        if part:
+            parts.append(part)
+        if not message.get("more_body", False):
+            return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+async def _respond(request: ApiRequest, endpoint: Endpoint, receive: Receive, send: Send) -> None:
+    """Answer and send, cancelling both if the client leaves first."""
+
+    async def process() -> None:
+        response = await _answer(request, endpoint)
+        await _send(response, send)
+
+    listener = asyncio.create_task(_disconnected(receive))
+    worker = asyncio.create_task(process())
+    await asyncio.wait((listener, worker), return_when=asyncio.FIRST_COMPLETED)
+    for task in (listener, worker):
+        if not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        elif not task.cancelled():
+            task.result()  # re-raises a send failure, as Django's handler does
+
+
+async def _disconnected(receive: Receive) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+async def _answer(request: ApiRequest, endpoint: Endpoint) -> ProxyResponse:
+    try:
+        return await handle(request, endpoint)
+    except Exception:
+        logger.exception("unhandled error on %s %s", request.method, request.path)
+        _count_internal_error(request)
+        return error_description(errors.internal_error())
+
+
+def _count_internal_error(request: ApiRequest) -> None:
+    runtime = current_runtime()
+    if runtime is None:
+        return
+    forwarded = forwarded_with(request.headers, runtime.config.internal_token)
+    runtime.metrics.internal_errors.inc()
+    runtime.metrics.requests.inc(
+        UNKNOWN_MODEL_LABEL, "500", ROUTE_FORWARDED_IN if forwarded else ROUTE_LOCAL
+    )
+
+
+async def _send(response: ProxyResponse, send: Send) -> None:
+    headers = [(b"content-type", response.content_type.encode("latin-1"))]
+    headers += [
+        (name.lower().encode("latin-1"), value.encode("latin-1"))
+        for name, value in response.items()
+    ]
+    stream = response.stream
+    if stream is None:
+        headers.append((b"content-length", str(len(response.body)).encode()))
+        await send({"type": "http.response.start", "status": response.status, "headers": headers})
+        await send({"type": "http.response.body", "body": response.body})
+        return
+    chunks = aiter(stream)
+    try:
+        await send({"type": "http.response.start", "status": response.status, "headers": headers})
+        async for chunk in chunks:
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        await send({"type": "http.response.body", "body": b""})
+    finally:
+        # Also when cancelled (the client left) or a send failed: the relay's own end
+        # settles its request; one never started is settled by its ``aclose``.
+        if isinstance(chunks, AsyncGenerator):
+            await chunks.aclose()
+        if isinstance(stream, RelayStream):
+            await stream.aclose()
