@@ -212,9 +212,16 @@ class BalancerConfig:
                 peer_ttl_s=max(s.MERIDIAN_SHARED_PEER_TTL_S, 2 * s.MERIDIAN_SHARED_SYNC_S),
                 routes_maxlen=s.MERIDIAN_SHARED_ROUTES_MAXLEN,
                 outbox_max=s.MERIDIAN_SHARED_OUTBOX_MAX,
+                idle_check_s=_idle_check_s(s),
             ),
             shared_warm_start_s=s.MERIDIAN_SHARED_WARM_START_S,
         )
+
+
+def _idle_check_s(s: Any) -> float:
+    """The idle check period: 0 (off), or at least the sync period."""
+    idle, sync = float(s.MERIDIAN_SHARED_IDLE_CHECK_S), float(s.MERIDIAN_SHARED_SYNC_S)
+    return max(idle, sync) if idle else 0.0
 
 
 def _policy_or_default(name: str, params: Mapping[str, Any]) -> Policy:
@@ -519,7 +526,7 @@ class BalancerRuntime:
 
     async def sync_shared(self) -> None:
         if self.shared is not None:
-            await self.shared.sync()
+            await self.shared.tick()
 
     async def publish_live(self) -> None:
         await self.live.publish(self)

@@ -56,7 +56,7 @@ from routing.core.registry import build_policy
 from routing.core.router import LocalRouter
 from routing.core.shared_state import RouteRecord, SharedConfig
 from routing.core.topology import ModelSpec, ReplicaSpec
-from routing.shared_state import SharedStateSync, loads_key, routes_key
+from routing.shared_state import SharedStateSync, shared_keys
 from sim.workloads import ClosedLoop
 from sim.workloads.synthetic import Conversations, ConversationsConfig
 
@@ -139,7 +139,7 @@ def _wait_sharing(url: str, processes: int, timeout_s: float = 60.0) -> None:
 def clear_shared_keys() -> None:
     client = redis.Redis.from_url(settings.REDIS_URL)
     try:
-        client.delete(loads_key(BALANCER), routes_key(BALANCER))
+        client.delete(*shared_keys(BALANCER))
     finally:
         client.close()
 
@@ -247,7 +247,7 @@ async def _time_exchanges(batch: int, exchanges: int) -> tuple[list[float], list
                 trips.append(mine.last_round_trip_s * 1e6)
     finally:
         client = redis.Redis.from_url(settings.REDIS_URL)
-        client.delete(loads_key(balancer), routes_key(balancer))
+        client.delete(*shared_keys(balancer))
         client.close()
         await mine.close()
         await sibling.close()
