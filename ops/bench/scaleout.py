@@ -18,6 +18,12 @@ throwaway database, the balancer as ``ops.stack.serve`` processes on one
    carrying 1, 8 and 32 routes of 128 blocks (a 2k-token prompt), p50 and p99
    per exchange and per decision.  No decision waits on it: it runs in the
    background every ``MERIDIAN_SHARED_SYNC_S``.
+4. **Idle CPU** (``--skip idle`` leaves it out): ``--idle-processes`` processes
+   with 4 healthy emulated replicas and no traffic, psutil CPU seconds of each over
+   ``--idle-seconds``, in one run: shared state off (the probing, heartbeats and
+   live feed alone), shared state on with the exchange unpaced
+   (``MERIDIAN_SHARED_IDLE_CHECK_S=0``: the full script every sync period), and
+   paced (the default).
 3. **Throughput at ``--streams`` concurrent streams**, 1 against 2 processes
    with shared state, in the same run: requests per second, errors, TTFT, and
    the balancer processes' CPU ms per request (psutil), from the proxy
@@ -73,7 +79,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--streams", type=int, default=128, help="throughput concurrency")
     parser.add_argument("--stream-requests", type=int, default=1024)
     parser.add_argument("--exchanges", type=int, default=300, help="timed exchanges per row")
-    parser.add_argument("--skip", default="", help="tables to skip: hit,redis,throughput")
+    parser.add_argument("--idle-seconds", type=float, default=60.0, help="idle window per row")
+    parser.add_argument("--idle-processes", type=int, default=2)
+    parser.add_argument("--skip", default="", help="tables to skip: hit,redis,throughput,idle")
 
 
 def run(options: dict[str, Any], stdout: TextIO) -> None:
@@ -87,6 +95,8 @@ def run(options: dict[str, Any], stdout: TextIO) -> None:
         stdout.write(redis_cost_table(int(options.get("exchanges") or 300)))
     if "throughput" not in skip:
         stdout.write(throughput_table(options))
+    if "idle" not in skip:
+        stdout.write(idle_table(options))
 
 
 # -- the stack: N processes of one balancer on one port -----------------------------------
@@ -99,7 +109,9 @@ class Stack:
     pids: list[int]
 
 
-def start_stack(options: dict[str, Any], processes: int, shared: bool) -> Stack:
+def start_stack(
+    options: dict[str, Any], processes: int, shared: bool, extra: dict[str, str] | None = None
+) -> Stack:
     """Fresh replicas and database, an empty route log, ``processes`` balancer processes."""
     clear_shared_keys()
     workdir = tempfile.TemporaryDirectory(prefix="meridian-bench-scaleout-")
@@ -108,7 +120,7 @@ def start_stack(options: dict[str, Any], processes: int, shared: bool) -> Stack:
     try:
         fixture._start_replicas(int(options.get("replicas") or 4))
         env = fixture._seed(["shared"], str(options.get("policy") or ""), "")
-        env = {**env, "MERIDIAN_SHARED_STATE": "1" if shared else "0"}
+        env = {**env, "MERIDIAN_SHARED_STATE": "1" if shared else "0", **(extra or {})}
         port = int(fixture.balancers["shared"].rsplit(":", 1)[1])
         children = [
             fixture.supervisor.start(
@@ -301,3 +313,40 @@ def _throughput_row(stack: Stack, processes: int, streams: int, requests: int) -
     ttft = sorted(result.get("ttft_s") or [0.0])
     return [str(processes), str(requests), str(ok), str(result["errors"]), f"{ok / elapsed:.0f}",
             f"{percentile(ttft, 0.5) * 1000:.1f}", f"{cpu_s * 1000 / max(ok, 1):.2f}"]  # fmt: skip
+
+
+# -- table 4: idle CPU ---------------------------------------------------------------------------
+
+IDLE_ROWS: tuple[tuple[str, bool, dict[str, str]], ...] = (
+    ("shared state off", False, {}),
+    ("shared, unpaced", True, {"MERIDIAN_SHARED_IDLE_CHECK_S": "0"}),
+    ("shared, paced", True, {}),
+)
+
+
+def idle_table(options: dict[str, Any]) -> str:
+    seconds = float(options.get("idle_seconds") or 60.0)
+    processes = int(options.get("idle_processes") or 2)
+    if seconds <= 0 or processes < 1:
+        raise ValueError("--idle-seconds must be positive and --idle-processes at least 1")
+    rows = []
+    for label, shared, extra in IDLE_ROWS:
+        stack = start_stack(options, processes, shared, extra)
+        try:
+            time.sleep(3.0)  # warm start, first probes and the first exchanges done
+            monitors = [UsageMonitor(pid) for pid in stack.pids]
+            for monitor in monitors:
+                monitor.start()
+            time.sleep(seconds)
+            cpu = [monitor.stop()[0] for monitor in monitors]
+        finally:
+            stack.fixture.stop()
+        per = [c / seconds for c in cpu]
+        rows.append([label, str(processes), f"{sum(per) / len(per):.4f}", f"{max(per):.4f}",
+                     f"{sum(cpu) * 1000 / len(cpu) / seconds:.2f}"])  # fmt: skip
+    headers = ["balancer", "processes", "cores per process (mean)", "max", "CPU ms/s"]
+    title = (
+        f"idle CPU, {int(options.get('replicas') or 4)} healthy emulated replicas, no "
+        f"traffic, {seconds:.0f} s per row (psutil)\n"
+    )
+    return title + format_table(headers, rows) + "\n"
