@@ -459,7 +459,7 @@ class BalancerRuntime:
             self._spawn("live", self.config.live_publish_s, self.publish_live),
         ]
         if self.shared is not None:
-            self._tasks.append(self._spawn("shared", self.config.shared.sync_s, self.sync_shared))
+            self._tasks.append(self._spawn_paced("shared", self.shared))
         await asyncio.gather(
             self.poller.poll_all(), self.exchange_heartbeats(), self.kv.reconcile()
         )
@@ -471,6 +471,19 @@ class BalancerRuntime:
             while True:
                 await asyncio.sleep(period)
                 await step()
+
+        task = self.loop.create_task(loop(), name=f"meridian-{name}")
+        task.add_done_callback(lambda t: self._loop_ended(name, t))
+        return task
+
+    def _spawn_paced(self, name: str, shared: SharedStateSync) -> asyncio.Task[None]:
+        """The shared-state loop: it sleeps as long as its pacer allows (idle: until the
+        next check or heartbeat, or this process's next decision)."""
+
+        async def loop() -> None:
+            while True:
+                await shared.wait_next()
+                await shared.tick()
 
         task = self.loop.create_task(loop(), name=f"meridian-{name}")
         task.add_done_callback(lambda t: self._loop_ended(name, t))
@@ -523,10 +536,6 @@ class BalancerRuntime:
             [p.name for p in snapshot.peers],
             self.metrics.heartbeat_errors.inc,
         )
-
-    async def sync_shared(self) -> None:
-        if self.shared is not None:
-            await self.shared.tick()
 
     async def publish_live(self) -> None:
         await self.live.publish(self)

@@ -25,6 +25,7 @@ view, as one process would (``/metrics``: ``meridian_shared_state_degraded``).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import socket
@@ -208,7 +209,26 @@ class SharedStateSync:
         # The script's round trip alone (encoding this process's part included), as
         # opposed to the whole exchange, which also decodes and learns the siblings'.
         self.last_round_trip_s = 0.0
-        router.on_route = self.view.record_route
+        self._wake = asyncio.Event()
+        router.on_route = self._on_route
+
+    def _on_route(self, record: RouteRecord) -> None:
+        self.view.record_route(record)
+        self._wake.set()  # an idle loop publishes the first decision at once
+
+    async def wait_next(self) -> None:
+        """Sleep until the next tick is due (``ExchangePacer.delay_s``): the sync period
+        while busy, longer while idle, cut short by a decision of this process."""
+        config, view = self.config, self.view
+        delay = self.pacer.delay_s(time.monotonic(), degraded=view.degraded)
+        self._wake.clear()
+        # Busy (checks at the fast period) or due soon: the plain period, so that the
+        # decisions of a busy process are batched into one exchange per period.
+        if view.pending or self.pacer.interval <= config.sync_s or delay <= config.sync_s:
+            await asyncio.sleep(config.sync_s)
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._wake.wait(), delay)
 
     async def tick(self) -> bool:
         """One tick of the sync loop, paced (``ExchangePacer``): the full exchange when

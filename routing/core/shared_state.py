@@ -314,7 +314,10 @@ class ExchangePacer:
       to ``idle_check_s``; any full exchange brings it back to ``sync_s``.
 
     So a busy process exchanges every ``sync_s`` as before, and an idle one costs a
-    GET every ``idle_check_s`` and a full exchange every ``heartbeat_s``.  Staleness
+    GET every ``idle_check_s`` and a full exchange every ``heartbeat_s``; its loop
+    sleeps until then (``delay_s``) unless a decision wakes it.  A change that is not
+    a decision (a request finishing, a probe) waits for that wake-up: within
+    ``sync_s`` while busy, ``idle_check_s`` once quiet.  Staleness
     of siblings' state: ``sync_s`` while either side is busy (a change is published
     at the next tick and checked for within ``sync_s`` of the last change seen),
     at most ``idle_check_s`` (plus a round trip) for news that ends a quiet spell.
@@ -337,11 +340,24 @@ class ExchangePacer:
         return Step.CHECK if now >= self.next_check else Step.WAIT
 
     def on_full(self, now: float, version: int | None) -> None:
-        """A full exchange succeeded and left the counter at ``version``."""
+        """A full exchange succeeded and left the counter at ``version``.  One that moved
+        it (this process published, or news arrived) brings back the fast period; a
+        heartbeat that moved nothing keeps the checks' backoff."""
         self.full_runs += 1
+        if version != self.version or not self.interval:
+            self.interval = self.config.sync_s
         self.last_full, self.version = now, version
-        self.interval = self.config.sync_s
         self.next_check = now + self.interval
+
+    def delay_s(self, now: float, *, degraded: bool) -> float:
+        """How long the loop may sleep before its next tick, unless a decision of this
+        process wakes it first: the sync period while busy or degraded, else until the
+        next check or heartbeat is due."""
+        config = self.config
+        if not config.idle_check_s or degraded or self.last_full is None:
+            return config.sync_s
+        due = min(self.next_check, self.last_full + config.heartbeat_s)
+        return max(config.sync_s, due - now)
 
     def on_check(self, now: float, version: int | None) -> Step:
         """The counter read ``version``: FULL when a sibling published since."""

@@ -228,11 +228,18 @@ async def test_an_idle_process_stops_exchanging_and_resumes_on_a_change(make_syn
     assert two.view.applied == 1  # and the route with it
 
 
-async def test_a_repeated_route_in_one_answer_is_learned_once(make_sync: Make) -> None:
-    one, two = make_sync("p1"), make_sync("p2")
-    c = one.router.target("c")
-    assert c is not None
-    for rid in ("r1", "r2", "r3"):
-        one.router.lease(_request(rid, (5, 6, 7)), c)  # the same prompt three times
-    assert await one.sync() and await two.sync()
-    assert one.view.published == 3 and two.view.applied == 1
+async def test_an_idle_loop_sleeps_until_due_and_a_decision_wakes_it(make_sync: Make) -> None:
+    one = make_sync("p1", sync_s=0.01, idle_check_s=5.0, peer_ttl_s=60.0)
+    await _tick_for(0.5, one)  # checks backed off to ~0.3 s apart, heartbeat at 20 s
+    assert one.pacer.interval > 0.01  # quiet: the loop waits on its wake-up, not a tick
+    waiter = asyncio.create_task(one.wait_next())
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert not waiter.done()
+    a = one.router.target("a")
+    assert a is not None
+    one.router.lease(_request("r", (1, 2)), a)  # a decision wakes the loop, no timer
+    for _ in range(10):
+        await asyncio.sleep(0)
+    assert waiter.done()
+    assert await one.tick() and one.view.published == 1 and not one.pacer.idle

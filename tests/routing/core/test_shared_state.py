@@ -270,9 +270,9 @@ def test_an_idle_process_checks_ever_less_often_up_to_the_idle_period() -> None:
         elif step is Step.CHECK:
             gaps.append(pacer.interval)
             assert pacer.on_check(now, version=7) is Step.WAIT
-    assert gaps[:4] == [0.05, 0.1, 0.2, 0.4] and pacer.idle
+    assert gaps[:4] == [0.05, 0.1, 0.2, 0.4] and set(gaps[4:]) == {0.4} and pacer.idle
     assert pacer.full_runs == 3  # t=0 and two heartbeats (every peer_ttl / 3) in 2.9 s
-    assert pacer.checks < 2.9 / 0.05 / 2  # far fewer than one per tick
+    assert pacer.checks <= 4 + 2.9 / 0.4  # far fewer than one per tick
 
 
 def test_a_sibling_publishing_ends_the_quiet_spell_and_brings_back_the_fast_period() -> None:
@@ -294,3 +294,18 @@ def test_pacing_off_runs_the_full_exchange_every_tick() -> None:
     pacer.on_full(0.0, version=1)
     assert all(_idle(pacer, t / 20) is Step.FULL for t in range(1, 10))
     assert SharedConfig(idle_check_s=0.0).heartbeat_s == SharedConfig().sync_s
+
+
+def test_a_heartbeat_that_moved_nothing_keeps_the_backoff_and_the_loop_sleeps_till_due() -> None:
+    pacer = ExchangePacer(PACED)
+    assert pacer.delay_s(0.0, degraded=False) == PACED.sync_s  # never exchanged
+    pacer.on_full(0.0, version=7)
+    for now in (0.05, 0.16, 0.37, 0.78):
+        assert _idle(pacer, now) is Step.CHECK and pacer.on_check(now, 7) is Step.WAIT
+    assert pacer.delay_s(0.8, degraded=False) == pytest.approx(0.2)  # heartbeat at 1.0
+    assert pacer.delay_s(0.8, degraded=True) == PACED.sync_s  # retry every period
+    assert _idle(pacer, 1.0) is Step.FULL
+    pacer.on_full(1.0, version=7)  # nothing moved: still idle, next check 0.4 s on
+    assert pacer.idle and pacer.delay_s(1.0, degraded=False) == pytest.approx(0.4)
+    pacer.on_full(1.1, version=9)  # this process published (or news came): fast again
+    assert not pacer.idle and pacer.delay_s(1.1, degraded=False) == pytest.approx(PACED.sync_s)
