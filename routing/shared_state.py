@@ -14,10 +14,14 @@ atomic on the store:
    process's cursor (``XRANGE (cursor + COUNT``), less its own (it applied them
    when it decided), with the id of the last entry read: the next cursor.
 
-The braces are a Redis Cluster hash tag: both keys of a balancer land on one
-slot, which a script touching both needs.  An exchange runs every
-``sync_s`` in the background, never inside a decision; it is bounded by
-``timeout_s``, and any failure (refused, reset, timed out, a bad answer) turns the
+The script also moves the balancer's version counter
+(``meridian:shared:{<balancer>}:version``) when what siblings read changed, and
+answers it.  The braces are a Redis Cluster hash tag: the keys of a balancer land
+on one slot, which a script touching them needs.  An exchange runs in the
+background, never inside a decision: every ``sync_s`` while this process or a
+sibling has news, paced when idle (``ExchangePacer``: a ``GET`` of the counter,
+the script as a heartbeat, the loop asleep until its own next decision); it is
+bounded by ``timeout_s``, and any failure (refused, reset, timed out, a bad answer) turns the
 view degraded: peers' load is dropped at once and routing goes on with the local
 view, as one process would (``/metrics``: ``meridian_shared_state_degraded``).
 """

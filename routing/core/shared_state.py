@@ -25,13 +25,14 @@ Two kinds of state are shared, under two merge rules:
   structure.  The log itself holds the latest ``routes_maxlen`` records; a
   process that starts replays it before taking traffic (warm start).
 
-Staleness: peers' load is at most ``sync_s`` plus one exchange old while the
-store answers.  When an exchange fails (or takes longer than its timeout) the
-view is *degraded*: peers' load is dropped at once and decisions use the local
-view only, exactly a single process's behaviour; routes decided meanwhile wait
-in a bounded outbox (oldest dropped first, counted) and go out when the store
-answers again, and the log cursor resumes where it stopped, so processes
-converge without a restart.
+Staleness: peers' load is at most ``sync_s`` plus one exchange old while the store
+answers and either side is busy; news that ends a quiet spell is seen within
+``idle_check_s`` plus one exchange (``ExchangePacer``). When an exchange fails (or
+takes longer than its timeout) the view is *degraded*: peers' load is dropped at
+once and decisions use the local view only, exactly a single process's behaviour;
+routes decided meanwhile wait in a bounded outbox (oldest dropped first, counted)
+and go out when the store answers again, and the log cursor resumes where it
+stopped, so processes converge without a restart.
 """
 
 from __future__ import annotations
