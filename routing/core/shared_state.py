@@ -312,7 +312,9 @@ class ExchangePacer:
       this process alive for its siblings);
     * the next check is due: **check** the version, and run the full exchange if
       it moved.  A quiet check doubles the time to the next one, from ``sync_s`` up
-      to ``idle_check_s``; any full exchange brings it back to ``sync_s``.
+      to ``idle_check_s``; a full exchange that moved the counter brings it back
+      to ``sync_s``.  While news keeps coming, a due tick skips the check for the
+      full exchange (``hot``), until one brings nothing new.
 
     So a busy process exchanges every ``sync_s`` as before, and an idle one costs a
     GET every ``idle_check_s`` and a full exchange every ``heartbeat_s``; its loop
@@ -331,6 +333,9 @@ class ExchangePacer:
     version: int | None = None
     full_runs: int = 0
     checks: int = 0
+    # The last check or full exchange found news: while that lasts a due check is
+    # skipped for the full exchange itself (a sibling is busy: one round trip, not two).
+    hot: bool = False
 
     def step(self, now: float, *, local_changed: bool, degraded: bool) -> Step:
         config = self.config
@@ -338,14 +343,18 @@ class ExchangePacer:
             return Step.FULL
         if now - self.last_full >= config.heartbeat_s:
             return Step.FULL
-        return Step.CHECK if now >= self.next_check else Step.WAIT
+        if now < self.next_check:
+            return Step.WAIT
+        return Step.FULL if self.hot else Step.CHECK
 
     def on_full(self, now: float, version: int | None) -> None:
         """A full exchange succeeded and left the counter at ``version``.  One that moved
         it (this process published, or news arrived) brings back the fast period; a
         heartbeat that moved nothing keeps the checks' backoff."""
         self.full_runs += 1
-        if version != self.version or not self.interval:
+        moved = version != self.version
+        self.hot = self.hot and moved
+        if moved or not self.interval:
             self.interval = self.config.sync_s
         self.last_full, self.version = now, version
         self.next_check = now + self.interval
@@ -364,6 +373,7 @@ class ExchangePacer:
         """The counter read ``version``: FULL when a sibling published since."""
         self.checks += 1
         if version is None or version != self.version:
+            self.hot = True
             return Step.FULL
         self.interval = min(2 * self.interval, self.config.idle_check_s)
         self.next_check = now + self.interval

@@ -286,7 +286,13 @@ def test_a_sibling_publishing_ends_the_quiet_spell_and_brings_back_the_fast_peri
     assert pacer.on_check(1.19, version=8) is Step.FULL  # the counter moved
     pacer.on_full(1.2, version=8)
     assert not pacer.idle and pacer.next_check == pytest.approx(1.25)
-    assert pacer.on_check(1.25, version=None) is Step.FULL  # an unreadable counter: exchange
+    # While the sibling stays busy, a due tick runs the exchange without the GET first.
+    assert _idle(pacer, 1.25) is Step.FULL
+    pacer.on_full(1.25, version=9)
+    assert _idle(pacer, 1.3) is Step.FULL  # it moved again: still hot
+    pacer.on_full(1.3, version=9)  # nothing new: back to cheap checks
+    assert not pacer.hot and _idle(pacer, 1.35) is Step.CHECK
+    assert pacer.on_check(1.35, version=None) is Step.FULL  # an unreadable counter: exchange
 
 
 def test_pacing_off_runs_the_full_exchange_every_tick() -> None:
