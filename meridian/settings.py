@@ -207,6 +207,7 @@ MERIDIAN_SHARED_TIMEOUT_S = env_float("MERIDIAN_SHARED_TIMEOUT_S", 0.25, minimum
 MERIDIAN_SHARED_PEER_TTL_S = env_float("MERIDIAN_SHARED_PEER_TTL_S", 2.0, minimum=0.1)
 MERIDIAN_SHARED_ROUTES_MAXLEN = env_int("MERIDIAN_SHARED_ROUTES_MAXLEN", 4096, minimum=64)
 MERIDIAN_SHARED_OUTBOX_MAX = env_int("MERIDIAN_SHARED_OUTBOX_MAX", 4096, minimum=64)
+MERIDIAN_SHARED_IDLE_CHECK_S = env_float("MERIDIAN_SHARED_IDLE_CHECK_S", 0.4, minimum=0.0)
 MERIDIAN_SHARED_WARM_START_S = env_float("MERIDIAN_SHARED_WARM_START_S", 3.0, minimum=0.0)
 # The connect timeout also covers the wait for the event loop to get to the connect: on a
 # busy balancer a burst's connects queue behind the burst itself, so it is not tight.

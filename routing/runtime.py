@@ -215,9 +215,16 @@ class BalancerConfig:
                 peer_ttl_s=max(s.MERIDIAN_SHARED_PEER_TTL_S, 2 * s.MERIDIAN_SHARED_SYNC_S),
                 routes_maxlen=s.MERIDIAN_SHARED_ROUTES_MAXLEN,
                 outbox_max=s.MERIDIAN_SHARED_OUTBOX_MAX,
+                idle_check_s=_idle_check_s(s),
             ),
             shared_warm_start_s=s.MERIDIAN_SHARED_WARM_START_S,
         )
+
+
+def _idle_check_s(s: Any) -> float:
+    """The idle check period: 0 (off), or at least the sync period."""
+    idle, sync = float(s.MERIDIAN_SHARED_IDLE_CHECK_S), float(s.MERIDIAN_SHARED_SYNC_S)
+    return max(idle, sync) if idle else 0.0
 
 
 def _policy_or_default(name: str, params: Mapping[str, Any]) -> Policy:
@@ -455,7 +462,7 @@ class BalancerRuntime:
             self._spawn("live", self.config.live_publish_s, self.publish_live),
         ]
         if self.shared is not None:
-            self._tasks.append(self._spawn("shared", self.config.shared.sync_s, self.sync_shared))
+            self._tasks.append(self._spawn_paced("shared", self.shared))
         await asyncio.gather(
             self.poller.poll_all(), self.exchange_heartbeats(), self.kv.reconcile()
         )
@@ -494,6 +501,19 @@ class BalancerRuntime:
 
         task = self.loop.create_task(loop(), name="meridian-probe")
         task.add_done_callback(lambda t: self._loop_ended("probe", t))
+        return task
+
+    def _spawn_paced(self, name: str, shared: SharedStateSync) -> asyncio.Task[None]:
+        """The shared-state loop: it sleeps as long as its pacer allows (idle: until the
+        next check or heartbeat, or this process's next decision)."""
+
+        async def loop() -> None:
+            while True:
+                await shared.wait_next()
+                await shared.tick()
+
+        task = self.loop.create_task(loop(), name=f"meridian-{name}")
+        task.add_done_callback(lambda t: self._loop_ended(name, t))
         return task
 
     def _loop_ended(self, name: str, task: asyncio.Task[None]) -> None:
@@ -543,10 +563,6 @@ class BalancerRuntime:
             [p.name for p in snapshot.peers],
             self.metrics.heartbeat_errors.inc,
         )
-
-    async def sync_shared(self) -> None:
-        if self.shared is not None:
-            await self.shared.sync()
 
     async def publish_live(self) -> None:
         await self.live.publish(self)

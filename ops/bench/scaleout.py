@@ -18,6 +18,12 @@ throwaway database, the balancer as ``ops.stack.serve`` processes on one
    carrying 1, 8 and 32 routes of 128 blocks (a 2k-token prompt), p50 and p99
    per exchange and per decision.  No decision waits on it: it runs in the
    background every ``MERIDIAN_SHARED_SYNC_S``.
+4. **Idle CPU** (``--skip idle`` leaves it out): ``--idle-processes`` processes
+   with 4 healthy emulated replicas and no traffic, psutil CPU seconds of each over
+   ``--idle-seconds``, in one run: shared state off (the probing, heartbeats and
+   live feed alone), shared state on with the exchange unpaced
+   (``MERIDIAN_SHARED_IDLE_CHECK_S=0``: the full script every sync period), and
+   paced (the default).
 3. **Throughput at ``--streams`` concurrent streams**, 1 against 2 processes
    with shared state, in the same run: requests per second, errors, TTFT, and
    the balancer processes' CPU ms per request (psutil), from the proxy
@@ -31,6 +37,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import itertools
+import random
 import tempfile
 import time
 from dataclasses import dataclass
@@ -56,7 +63,7 @@ from routing.core.registry import build_policy
 from routing.core.router import LocalRouter
 from routing.core.shared_state import RouteRecord, SharedConfig
 from routing.core.topology import ModelSpec, ReplicaSpec
-from routing.shared_state import SharedStateSync, loads_key, routes_key
+from routing.shared_state import SharedStateSync, shared_keys
 from sim.workloads import ClosedLoop
 from sim.workloads.synthetic import Conversations, ConversationsConfig
 
@@ -73,7 +80,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--streams", type=int, default=128, help="throughput concurrency")
     parser.add_argument("--stream-requests", type=int, default=1024)
     parser.add_argument("--exchanges", type=int, default=300, help="timed exchanges per row")
-    parser.add_argument("--skip", default="", help="tables to skip: hit,redis,throughput")
+    parser.add_argument("--idle-seconds", type=float, default=60.0, help="idle window per row")
+    parser.add_argument("--idle-processes", type=int, default=2)
+    parser.add_argument("--skip", default="", help="tables to skip: hit,redis,throughput,idle")
 
 
 def run(options: dict[str, Any], stdout: TextIO) -> None:
@@ -87,6 +96,8 @@ def run(options: dict[str, Any], stdout: TextIO) -> None:
         stdout.write(redis_cost_table(int(options.get("exchanges") or 300)))
     if "throughput" not in skip:
         stdout.write(throughput_table(options))
+    if "idle" not in skip:
+        stdout.write(idle_table(options))
 
 
 # -- the stack: N processes of one balancer on one port -----------------------------------
@@ -99,7 +110,9 @@ class Stack:
     pids: list[int]
 
 
-def start_stack(options: dict[str, Any], processes: int, shared: bool) -> Stack:
+def start_stack(
+    options: dict[str, Any], processes: int, shared: bool, extra: dict[str, str] | None = None
+) -> Stack:
     """Fresh replicas and database, an empty route log, ``processes`` balancer processes."""
     clear_shared_keys()
     workdir = tempfile.TemporaryDirectory(prefix="meridian-bench-scaleout-")
@@ -108,7 +121,7 @@ def start_stack(options: dict[str, Any], processes: int, shared: bool) -> Stack:
     try:
         fixture._start_replicas(int(options.get("replicas") or 4))
         env = fixture._seed(["shared"], str(options.get("policy") or ""), "")
-        env = {**env, "MERIDIAN_SHARED_STATE": "1" if shared else "0"}
+        env = {**env, "MERIDIAN_SHARED_STATE": "1" if shared else "0", **(extra or {})}
         port = int(fixture.balancers["shared"].rsplit(":", 1)[1])
         children = [
             fixture.supervisor.start(
@@ -139,7 +152,7 @@ def _wait_sharing(url: str, processes: int, timeout_s: float = 60.0) -> None:
 def clear_shared_keys() -> None:
     client = redis.Redis.from_url(settings.REDIS_URL)
     try:
-        client.delete(loads_key(BALANCER), routes_key(BALANCER))
+        client.delete(*shared_keys(BALANCER))
     finally:
         client.close()
 
@@ -201,13 +214,17 @@ async def _replay(stack: Stack, options: dict[str, Any]) -> Any:
 def redis_cost_table(exchanges: int) -> str:
     rows = []
     for batch in (1, 8, 32):
-        trips, whole = asyncio.run(_time_exchanges(batch, exchanges))
+        trips, whole, cpu = asyncio.run(_time_exchanges(batch, exchanges))
         t50, t99 = percentile(trips, 0.5), percentile(trips, 0.99)
         w50, w99 = percentile(whole, 0.5), percentile(whole, 0.99)
+        c50, c99 = percentile(cpu, 0.5), percentile(cpu, 0.99)
         rows.append([str(batch), str(len(whole)), f"{t50:.0f}", f"{t99:.0f}", f"{w50:.0f}",
-                     f"{w99:.0f}", f"{w50 / batch:.1f}", f"{w99 / batch:.1f}"])  # fmt: skip
+                     f"{w99:.0f}", f"{w50 / batch:.1f}", f"{w99 / batch:.1f}",
+                     f"{c50:.0f}", f"{c99:.0f}", f"{c50 / batch:.1f}",
+                     f"{c99 / batch:.1f}"])  # fmt: skip
     headers = ["routes/exchange", "exchanges", "round trip p50 us", "p99 us",
-               "whole exchange p50 us", "p99 us", "per decision p50 us", "p99 us"]  # fmt: skip
+               "whole exchange p50 us", "p99 us", "per decision p50 us", "p99 us",
+               "CPU/exchange p50 us", "p99 us", "CPU/decision p50 us", "p99 us"]  # fmt: skip
     title = (
         "Redis cost: one exchange (one round trip) per sync period, 128-block routes, the "
         "sibling's as many; 0 round trips inside a decision\n"
@@ -215,9 +232,14 @@ def redis_cost_table(exchanges: int) -> str:
     return title + format_table(headers, rows) + "\n"
 
 
-async def _time_exchanges(batch: int, exchanges: int) -> tuple[list[float], list[float]]:
-    """Microseconds per exchange: the script's round trip, and the whole exchange (the
-    round trip plus decoding and learning the sibling's ``batch`` routes)."""
+async def _time_exchanges(
+    batch: int, exchanges: int
+) -> tuple[list[float], list[float], list[float]]:
+    """Microseconds per exchange: the script's round trip, the whole exchange (the
+    round trip plus decoding and learning the sibling's ``batch`` routes), both wall
+    clock, and this process's CPU time for the whole exchange (``process_time``: what
+    a loaded machine's scheduler does not inflate).  Blocks are random 64-bit hashes,
+    as ``routing.core.blocks`` makes them."""
     router = LocalRouter(build_policy, max_outstanding=64)
     specs = [ReplicaSpec(f"r{i}", f"http://r{i}", MODEL, "bench", "bench-1", "reserved")
              for i in range(4)]  # fmt: skip
@@ -233,27 +255,31 @@ async def _time_exchanges(batch: int, exchanges: int) -> tuple[list[float], list
     )  # fmt: skip
     trips: list[float] = []
     whole: list[float] = []
+    cpu: list[float] = []
     try:
         for n in range(exchanges + 10):
             for k in range(batch):
-                blocks = tuple(range(n * 1000 + k * 200, n * 1000 + k * 200 + 128))
+                rng = random.Random(n * 1000 + k)
+                blocks = tuple(rng.getrandbits(64) for _ in range(128))
                 sibling.view.record_route(RouteRecord(MODEL, f"r{k % 4}", blocks))
                 mine.view.record_route(RouteRecord(MODEL, f"r{k % 4}", blocks[::-1]))
             await sibling.sync()  # the sibling's routes: what this process reads back
-            started = time.perf_counter()
+            started, cpu0 = time.perf_counter(), time.process_time()
             ok = await mine.sync()
+            spent = (time.process_time() - cpu0) * 1e6
             if ok and n >= 10:  # the first ones warm the connection and the script cache
+                cpu.append(spent)
                 whole.append((time.perf_counter() - started) * 1e6)
                 trips.append(mine.last_round_trip_s * 1e6)
     finally:
         client = redis.Redis.from_url(settings.REDIS_URL)
-        client.delete(loads_key(balancer), routes_key(balancer))
+        client.delete(*shared_keys(balancer))
         client.close()
         await mine.close()
         await sibling.close()
     if not whole:
         raise StartupError(f"no exchange with Redis at {settings.REDIS_URL} succeeded")
-    return trips, whole
+    return trips, whole, cpu
 
 
 def _twin(router: LocalRouter) -> LocalRouter:
@@ -301,3 +327,40 @@ def _throughput_row(stack: Stack, processes: int, streams: int, requests: int) -
     ttft = sorted(result.get("ttft_s") or [0.0])
     return [str(processes), str(requests), str(ok), str(result["errors"]), f"{ok / elapsed:.0f}",
             f"{percentile(ttft, 0.5) * 1000:.1f}", f"{cpu_s * 1000 / max(ok, 1):.2f}"]  # fmt: skip
+
+
+# -- table 4: idle CPU ---------------------------------------------------------------------------
+
+IDLE_ROWS: tuple[tuple[str, bool, dict[str, str]], ...] = (
+    ("shared state off", False, {}),
+    ("shared, unpaced", True, {"MERIDIAN_SHARED_IDLE_CHECK_S": "0"}),
+    ("shared, paced", True, {}),
+)
+
+
+def idle_table(options: dict[str, Any]) -> str:
+    seconds = float(options.get("idle_seconds") or 60.0)
+    processes = int(options.get("idle_processes") or 2)
+    if seconds <= 0 or processes < 1:
+        raise ValueError("--idle-seconds must be positive and --idle-processes at least 1")
+    rows = []
+    for label, shared, extra in IDLE_ROWS:
+        stack = start_stack(options, processes, shared, extra)
+        try:
+            time.sleep(3.0)  # warm start, first probes and the first exchanges done
+            monitors = [UsageMonitor(pid) for pid in stack.pids]
+            for monitor in monitors:
+                monitor.start()
+            time.sleep(seconds)
+            cpu = [monitor.stop()[0] for monitor in monitors]
+        finally:
+            stack.fixture.stop()
+        per = [c / seconds for c in cpu]
+        rows.append([label, str(processes), f"{sum(per) / len(per):.4f}", f"{max(per):.4f}",
+                     f"{sum(cpu) * 1000 / len(cpu) / seconds:.2f}"])  # fmt: skip
+    headers = ["balancer", "processes", "cores per process (mean)", "max", "CPU ms/s"]
+    title = (
+        f"idle CPU, {int(options.get('replicas') or 4)} healthy emulated replicas, no "
+        f"traffic, {seconds:.0f} s per row (psutil)\n"
+    )
+    return title + format_table(headers, rows) + "\n"

@@ -31,7 +31,7 @@ import redis
 from django.conf import settings
 
 from ops.stack.plan import shared_port_argv
-from routing.shared_state import loads_key, routes_key
+from routing.shared_state import shared_keys
 from tests.support.balancers import (
     MODEL,
     TopologyFactory,
@@ -100,7 +100,7 @@ def region(
 
 def _forget_shared_state() -> None:
     client = redis.Redis.from_url(settings.REDIS_URL)
-    client.delete(loads_key("so-lb"), routes_key("so-lb"))
+    client.delete(*shared_keys("so-lb"))
     client.close()
 
 

@@ -19,7 +19,7 @@ from routing.core.router import LocalRouter
 from routing.core.shared_state import SharedConfig
 from routing.core.topology import ModelSpec, ReplicaSpec
 from routing.core.types import RequestDescriptor
-from routing.shared_state import SharedStateSync, loads_key, routes_key
+from routing.shared_state import SharedStateSync, shared_keys
 
 pytestmark = pytest.mark.anyio
 
@@ -68,7 +68,7 @@ async def make_sync(redis_server: EmbeddedRedis) -> AsyncIterator[Make]:
     for sync in made:
         await sync.close()
     client = redis.Redis.from_url(settings.REDIS_URL)
-    client.delete(loads_key(balancer), routes_key(balancer))
+    client.delete(*shared_keys(balancer))
     client.close()
 
 
@@ -182,7 +182,7 @@ async def test_warm_start_gives_up_cold_when_redis_is_down(make_sync: Make) -> N
 async def test_an_unreadable_log_entry_is_skipped_and_counted(make_sync: Make) -> None:
     one, two = make_sync("p1"), make_sync("p2")
     client = redis.Redis.from_url(settings.REDIS_URL)
-    client.xadd(one.keys[1], {"p": "px", "r": "not json"})
+    client.xadd(one.keys[1], {"p": "px", "r": "not packed"})
     client.hset(one.keys[0], "px", "bad-stamp")
     client.close()
     c = one.router.target("c")
@@ -191,3 +191,55 @@ async def test_an_unreadable_log_entry_is_skipped_and_counted(make_sync: Make) -
     assert await one.sync() and await two.sync()
     assert two.view.applied == 1 and two.view.skipped_records == 1
     assert two.view.peers == 1  # the field with a bad stamp was dropped by the script
+
+
+async def _tick_for(seconds: float, *syncs: SharedStateSync) -> None:
+    deadline = asyncio.get_running_loop().time() + seconds
+    while asyncio.get_running_loop().time() < deadline:
+        for sync in syncs:
+            assert await sync.tick()
+        await asyncio.sleep(0.01)
+
+
+async def test_an_idle_process_stops_exchanging_and_resumes_on_a_change(make_sync: Make) -> None:
+    paced = {"sync_s": 0.01, "idle_check_s": 0.08, "peer_ttl_s": 6.0}  # heartbeat 2 s
+    one, two = make_sync("p1", **paced), make_sync("p2", **paced)
+    await _tick_for(0.3, one, two)  # both joined, each saw the other's arrival
+    assert one.view.peers == two.view.peers == 1
+    full = (one.pacer.full_runs, two.pacer.full_runs)
+    checks = one.pacer.checks
+    await _tick_for(0.6, one, two)  # ~60 ticks each with nothing to tell
+    assert (one.pacer.full_runs, two.pacer.full_runs) == full  # no script ran
+    assert one.pacer.idle and one.status()["idle"] is True
+    assert 1 <= one.pacer.checks - checks <= 0.6 / 0.08 + 1  # a GET per idle period at most
+    assert one.metrics.exchanges.value("full") == full[0]
+    # A decision on p1: its next tick publishes at once, and p2's next check sees it.
+    a = one.router.target("a")
+    assert a is not None
+    one.router.lease(_request("r", (11, 12, 13)), a)
+    assert await one.tick() and one.pacer.full_runs == full[0] + 1 and not one.pacer.idle
+    seen = two.router.target("a")
+    assert seen is not None
+    deadline = asyncio.get_running_loop().time() + 1.0
+    while seen.peer_outstanding == 0 and asyncio.get_running_loop().time() < deadline:
+        assert await two.tick()
+        await asyncio.sleep(0.01)
+    assert seen.peer_outstanding == 1 and two.pacer.full_runs == full[1] + 1
+    assert two.view.applied == 1  # and the route with it
+
+
+async def test_an_idle_loop_sleeps_until_due_and_a_decision_wakes_it(make_sync: Make) -> None:
+    one = make_sync("p1", sync_s=0.01, idle_check_s=5.0, peer_ttl_s=60.0)
+    await _tick_for(0.5, one)  # checks backed off to ~0.3 s apart, heartbeat at 20 s
+    assert one.pacer.interval > 0.01  # quiet: the loop waits on its wake-up, not a tick
+    waiter = asyncio.create_task(one.wait_next())
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert not waiter.done()
+    a = one.router.target("a")
+    assert a is not None
+    one.router.lease(_request("r", (1, 2)), a)  # a decision wakes the loop, no timer
+    for _ in range(10):
+        await asyncio.sleep(0)
+    assert waiter.done()
+    assert await one.tick() and one.view.published == 1 and not one.pacer.idle

@@ -12,12 +12,14 @@ from routing.core.registry import build_policy
 from routing.core.router import LocalRouter
 from routing.core.shared_state import (
     MAX_BLOCKS_PER_ROUTE,
+    ExchangePacer,
     LoggedRoute,
     ReplicaLoad,
     RouteRecord,
     SharedConfig,
     SharedStateError,
     SharedView,
+    Step,
     SyncResult,
     decode_loads,
     decode_route,
@@ -52,8 +54,24 @@ def _logged(entry: str, process: str, target: str, blocks: tuple[int, ...]) -> L
 def test_loads_and_routes_survive_a_round_trip() -> None:
     loads = {"a": ReplicaLoad(3, 1), "b": ReplicaLoad(0, 0)}
     assert decode_loads(encode_loads(loads)) == loads
-    record = RouteRecord(MODEL, "a", (1, -2, 2**63 - 1))
-    assert decode_route(encode_route(record)) == record
+    record = RouteRecord(MODEL, "a", (1, 0, 2**64 - 1))
+    packed = encode_route(record)
+    assert decode_route(packed) == record
+    assert len(packed) == len(b"m\0a\0") + 8 * 3  # 8 bytes a block, not decimal digits
+
+
+@pytest.mark.parametrize(
+    ("record", "message"),
+    [
+        (RouteRecord(MODEL, "a", (1, -2)), "unsigned 64-bit"),
+        (RouteRecord(MODEL, "a", (2**64,)), "unsigned 64-bit"),
+        (RouteRecord("m\0x", "a", (1,)), "without NUL"),
+        (RouteRecord(MODEL, "", (1,)), "non-empty"),
+    ],
+)
+def test_a_route_that_cannot_be_packed_is_refused(record: RouteRecord, message: str) -> None:
+    with pytest.raises(SharedStateError, match=message):
+        encode_route(record)
 
 
 @pytest.mark.parametrize(
@@ -74,14 +92,14 @@ def test_a_bad_load_report_is_refused_with_a_clear_error(raw: str, message: str)
 @pytest.mark.parametrize(
     ("raw", "message"),
     [
-        ("{", "not JSON"),
-        ('{"model": "m"}', r"\[model, target, blocks\]"),
-        ('["", "a", []]', "non-empty strings"),
-        ('["m", "a", [1, "x"]]', "integers"),
-        ('["m", "a", 5]', "a list"),
+        (b"not packed", "model NUL target NUL blocks"),
+        (b"\0a\0", "non-empty"),
+        (b"m\0a\0" + b"\1" * 7, "whole 64-bit words"),
+        (b"m\0a\0" + b"\0" * 8 * (MAX_BLOCKS_PER_ROUTE + 1), "at most"),
+        (b"\xff\0a\0", "UTF-8"),
     ],
 )
-def test_a_bad_route_record_is_refused_with_a_clear_error(raw: str, message: str) -> None:
+def test_a_bad_route_record_is_refused_with_a_clear_error(raw: bytes, message: str) -> None:
     with pytest.raises(SharedStateError, match=message):
         decode_route(raw)
 
@@ -91,6 +109,8 @@ def test_bad_config_is_refused() -> None:
         SharedConfig(sync_s=1.0, peer_ttl_s=0.5)
     with pytest.raises(ValueError, match="at least 1"):
         SharedConfig(routes_maxlen=0)
+    with pytest.raises(ValueError, match="idle_check_s"):
+        SharedConfig(sync_s=0.05, idle_check_s=0.01)
 
 
 # -- merge rules and the view -----------------------------------------------------------
@@ -217,3 +237,81 @@ def test_a_route_to_an_unknown_replica_or_model_is_not_learned() -> None:
     assert not router.learn_route(RouteRecord(MODEL, "gone", (1, 2)))
     assert not router.learn_route(RouteRecord("other-model", "a", (1, 2)))
     assert not _router("a").learn_route(RouteRecord(MODEL, "a", (1, 2)))  # least_load
+
+
+# -- pacing ---------------------------------------------------------------------------------
+
+PACED = SharedConfig(sync_s=0.05, peer_ttl_s=3.0, idle_check_s=0.4)
+
+
+def _idle(pacer: ExchangePacer, now: float) -> Step:
+    return pacer.step(now, local_changed=False, degraded=False)
+
+
+def test_the_first_tick_a_local_change_or_a_degraded_view_runs_the_full_exchange() -> None:
+    pacer = ExchangePacer(PACED)
+    assert _idle(pacer, 0.0) is Step.FULL  # never exchanged
+    pacer.on_full(0.0, version=7)
+    assert pacer.step(0.01, local_changed=True, degraded=False) is Step.FULL
+    assert pacer.step(0.01, local_changed=False, degraded=True) is Step.FULL
+    assert _idle(pacer, 0.01) is Step.WAIT
+
+
+def test_an_idle_process_checks_ever_less_often_up_to_the_idle_period() -> None:
+    pacer = ExchangePacer(PACED)
+    pacer.on_full(0.0, version=7)
+    now, gaps = 0.0, []
+    while now < 2.9:  # short of the heartbeat (1 s) ... then heartbeats continue it
+        now = round(now + 0.05, 2)  # one tick every sync period
+        step = _idle(pacer, now)
+        if step is Step.FULL:  # the heartbeat
+            assert now - (pacer.last_full or 0.0) >= PACED.heartbeat_s
+            pacer.on_full(now, version=7)
+        elif step is Step.CHECK:
+            gaps.append(pacer.interval)
+            assert pacer.on_check(now, version=7) is Step.WAIT
+    assert gaps[:4] == [0.05, 0.1, 0.2, 0.4] and set(gaps[4:]) == {0.4} and pacer.idle
+    assert pacer.full_runs == 3  # t=0 and two heartbeats (every peer_ttl / 3) in 2.9 s
+    assert pacer.checks <= 4 + 2.9 / 0.4  # far fewer than one per tick
+
+
+def test_a_sibling_publishing_ends_the_quiet_spell_and_brings_back_the_fast_period() -> None:
+    pacer = ExchangePacer(SharedConfig(sync_s=0.05, peer_ttl_s=6.0, idle_check_s=0.4))
+    pacer.on_full(0.0, version=7)
+    for now in (0.05, 0.16, 0.37, 0.78):  # each a tick just past the check's due time
+        assert _idle(pacer, now) is Step.CHECK
+        assert pacer.on_check(now, version=7) is Step.WAIT
+    assert pacer.idle and _idle(pacer, 0.8) is Step.WAIT
+    assert _idle(pacer, 1.19) is Step.CHECK
+    assert pacer.on_check(1.19, version=8) is Step.FULL  # the counter moved
+    pacer.on_full(1.2, version=8)
+    assert not pacer.idle and pacer.next_check == pytest.approx(1.25)
+    # While the sibling stays busy, a due tick runs the exchange without the GET first.
+    assert _idle(pacer, 1.25) is Step.FULL
+    pacer.on_full(1.25, version=9)
+    assert _idle(pacer, 1.3) is Step.FULL  # it moved again: still hot
+    pacer.on_full(1.3, version=9)  # nothing new: back to cheap checks
+    assert not pacer.hot and _idle(pacer, 1.35) is Step.CHECK
+    assert pacer.on_check(1.35, version=None) is Step.FULL  # an unreadable counter: exchange
+
+
+def test_pacing_off_runs_the_full_exchange_every_tick() -> None:
+    pacer = ExchangePacer(SharedConfig(idle_check_s=0.0))
+    pacer.on_full(0.0, version=1)
+    assert all(_idle(pacer, t / 20) is Step.FULL for t in range(1, 10))
+    assert SharedConfig(idle_check_s=0.0).heartbeat_s == SharedConfig().sync_s
+
+
+def test_a_heartbeat_that_moved_nothing_keeps_the_backoff_and_the_loop_sleeps_till_due() -> None:
+    pacer = ExchangePacer(PACED)
+    assert pacer.delay_s(0.0, degraded=False) == PACED.sync_s  # never exchanged
+    pacer.on_full(0.0, version=7)
+    for now in (0.05, 0.16, 0.37, 0.78):
+        assert _idle(pacer, now) is Step.CHECK and pacer.on_check(now, 7) is Step.WAIT
+    assert pacer.delay_s(0.8, degraded=False) == pytest.approx(0.2)  # heartbeat at 1.0
+    assert pacer.delay_s(0.8, degraded=True) == PACED.sync_s  # retry every period
+    assert _idle(pacer, 1.0) is Step.FULL
+    pacer.on_full(1.0, version=7)  # nothing moved: still idle, next check 0.4 s on
+    assert pacer.idle and pacer.delay_s(1.0, degraded=False) == pytest.approx(0.4)
+    pacer.on_full(1.1, version=9)  # this process published (or news came): fast again
+    assert not pacer.idle and pacer.delay_s(1.1, degraded=False) == pytest.approx(PACED.sync_s)
