@@ -43,6 +43,9 @@ class BalancerNotConfiguredError(LookupError):
 
 
 def load_snapshot(balancer_name: str) -> TopologySnapshot:
+    # Taken before the first read: the snapshot holds every row committed by then
+    # (a drill waits on it to know that each process has learned a key it issued).
+    loaded_at = time.time()
     try:
         me = Balancer.objects.select_related("region").get(name=balancer_name)
     except Balancer.DoesNotExist:
@@ -76,7 +79,7 @@ def load_snapshot(balancer_name: str) -> TopologySnapshot:
         api_key_hashes=frozenset(k.key_hash for k in keys),
         key_limits={k.key_hash: _limits_or_none(k) for k in keys},
         key_labels={k.key_hash: k.prefix for k in keys},
-        loaded_at=time.time(),
+        loaded_at=loaded_at,
     )
 
 

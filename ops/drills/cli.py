@@ -25,6 +25,7 @@ from ops.drills.report import format_run
 from ops.drills.runner import DrillOptions, DrillPlan, run_drill
 from ops.drills.targets import DrillError
 from ops.drills.traffic import TrafficConfig
+from routing.internal_auth import install_headers
 from workers.ownership import serving_balancer_url
 
 
@@ -51,19 +52,63 @@ def client_key(given: str) -> Iterator[tuple[str, bool]]:
         ApiKey.objects.filter(pk=key.pk).update(revoked=True)
 
 
-def wait_until_accepted(base_url: str, key: str, timeout_s: float) -> None:
-    """Poll ``GET /v1/models`` until the balancer knows ``key`` (a readiness wait)."""
+def wait_until_accepted(base_url: str, key: str, timeout_s: float, issued_at: float) -> None:
+    """Poll ``GET /v1/models`` until the balancer knows ``key`` (a readiness wait), then
+    until every process behind its address does.
+
+    Keys are learned at each process's own topology refresh, so one process accepting
+    the key says nothing of its siblings on the same port (docs/scale-out.md): the
+    drill's first requests would meet a 401 from one that has not refreshed yet.  Each
+    process reports when its snapshot was read (``topology_loaded_at``) and how many
+    siblings it shares state with; the wait ends once that many distinct processes
+    read theirs after ``issued_at``."""
     deadline = time.monotonic() + timeout_s
     headers = {"Authorization": f"Bearer {key}"}
     while time.monotonic() < deadline:
         try:
             url = base_url.rstrip("/") + "/v1/models"
             if httpx.get(url, headers=headers, timeout=2, trust_env=False).status_code == 200:
-                return
+                break
         except httpx.HTTPError:
             pass  # not answering yet: keep waiting until the deadline
         time.sleep(0.1)
-    raise DrillError(f"{base_url} did not accept the drill's API key within {timeout_s:.0f}s")
+    else:
+        raise DrillError(f"{base_url} did not accept the drill's API key within {timeout_s:.0f}s")
+    if not _every_process_loaded_since(base_url, issued_at, deadline):
+        raise DrillError(
+            f"not every process of {base_url} refreshed its topology within {timeout_s:.0f}s"
+        )
+
+
+def _every_process_loaded_since(base_url: str, since: float, deadline: float) -> bool:
+    loaded: dict[str, float] = {}  # process -> when its latest snapshot was read
+    while time.monotonic() < deadline:
+        state = _internal_state(base_url)  # a fresh connection: the kernel picks a process
+        if state is not None:
+            shared = (state.get("redis") or {}).get("shared_state")
+            process, wanted = "only", 1
+            if isinstance(shared, dict):
+                process, wanted = str(shared.get("process")), 1 + int(shared.get("peers", 0))
+            loaded[process] = float(state.get("topology_loaded_at") or 0.0)
+            if sum(1 for at in loaded.values() if at >= since) >= wanted:
+                return True
+        time.sleep(0.05)
+    return False
+
+
+def _internal_state(base_url: str) -> dict[str, Any] | None:
+    try:
+        response = httpx.get(
+            base_url.rstrip("/") + "/internal/state",
+            headers=install_headers(),
+            timeout=2,
+            trust_env=False,
+        )
+        response.raise_for_status()
+        state = response.json()
+    except (httpx.HTTPError, ValueError):
+        return None
+    return state if isinstance(state, dict) else None
 
 
 @contextmanager
@@ -103,6 +148,8 @@ def run_reported(
 def _drill_options(
     options: dict[str, Any], region: str, model: str, key: str, issued: bool
 ) -> DrillOptions:
+    issued_at = time.time()  # after the key's commit (client_key issued it already)
+
     def resolve() -> str | None:
         return serving_balancer_url(region)
 
@@ -112,7 +159,9 @@ def _drill_options(
         if url is None:
             raise DrillError(f"no live balancer serves {region}: nowhere to send traffic")
         if issued:
-            wait_until_accepted(url, key, settings.MERIDIAN_TOPOLOGY_REFRESH_S * 3 + 5)
+            wait_until_accepted(
+                url, key, settings.MERIDIAN_TOPOLOGY_REFRESH_S * 3 + 5, issued_at=issued_at
+            )
         traffic = TrafficConfig(
             api_key=key, model=model, rate=options["traffic"], max_requests=options["max_requests"]
         )

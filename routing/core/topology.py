@@ -71,7 +71,7 @@ class TopologySnapshot:
     # Per-key limits and usage labels by key hash (keys without limits have an entry too).
     key_limits: Mapping[str, KeyLimits] = field(default_factory=dict)
     key_labels: Mapping[str, str] = field(default_factory=dict)
-    loaded_at: float = 0.0
+    loaded_at: float = 0.0  # wall clock before its first read: rows committed by then are in it
 
     def peer(self, name: str) -> PeerSpec | None:
         return next((p for p in self.peers if p.name == name), None)

@@ -63,7 +63,7 @@ def test_redis_outage_drill_with_two_processes_per_region(
         )
     assert_drill_passed(text, run)
     assert "state converged" in text and "(4 processes) report Redis down" in text
-    assert run.failed_before == 0
+    assert run.failed_before == 0, text
     for lb in cluster.balancers.values():
         shared = httpx.get(f"{lb.url}/health").json()["shared_state"]
         assert shared["degraded"] is False and shared["peers"] == 1
