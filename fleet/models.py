@@ -247,6 +247,25 @@ class ServiceConfig(models.Model):
     def __str__(self) -> str:
         return self.model_name
 
+    def save_recording_changes(self, before: dict[str, object], actor: str) -> None:
+        """Save, and record a ``service_settings_changed`` Event naming every field that
+        differs from ``before`` (field -> value as it was), so the service page's history
+        says who changed what, from the console or a command alike."""
+        self.save()
+        changed = {
+            name: [was, getattr(self, name)]
+            for name, was in before.items()
+            if getattr(self, name) != was
+        }
+        if changed:
+            Event.record(
+                "service_settings_changed",
+                f"{self}: " + ", ".join(f"{k} {a} -> {b}" for k, (a, b) in changed.items()),
+                subject=self.model_name,
+                changed=changed,
+                actor=actor,
+            )
+
 
 def hash_api_key(raw: str) -> str:
     return hashlib.sha256(raw.encode()).hexdigest()

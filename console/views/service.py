@@ -78,16 +78,6 @@ def change_autoscaling(request: HttpRequest, pk: int) -> HttpResponse:
     if not form.is_valid():
         ctx = _context({f"autoscaling-{pk}": form})
         return render(request, "console/service.html", ctx, status=400)
-    form.save()
-    after = {f: getattr(config, f) for f in AutoscalingForm.Meta.fields}
-    changed = {k: [before[k], after[k]] for k in after if before[k] != after[k]}
-    if changed:
-        Event.record(
-            "service_settings_changed",
-            f"{config}: " + ", ".join(f"{k} {a} -> {b}" for k, (a, b) in changed.items()),
-            subject=config.model_name,
-            changed=changed,
-            actor=request.user.get_username(),
-        )
+    form.save(commit=False).save_recording_changes(before, actor=request.user.get_username())
     messages.success(request, f"{config}: autoscaling saved")
     return redirect("console-service")

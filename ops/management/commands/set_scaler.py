@@ -12,7 +12,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from fleet.models import Event, ServiceConfig
+from fleet.models import ServiceConfig
 
 CAPACITY = {
     "prompt_tps": "replica_prompt_tokens_per_s",
@@ -50,15 +50,5 @@ class Command(BaseCommand):
             raise CommandError(
                 f"the preserve scaler needs the profiled per-replica capacity: {' '.join(missing)}"
             )
-        config.save()
-        after = {f: getattr(config, f) for f in before}
-        changed = {k: [before[k], after[k]] for k in after if before[k] != after[k]}
-        if changed:
-            Event.record(
-                "service_settings_changed",
-                f"{config}: " + ", ".join(f"{k} {a} -> {b}" for k, (a, b) in changed.items()),
-                subject=config.model_name,
-                changed=changed,
-                actor="set_scaler",
-            )
+        config.save_recording_changes(before, actor="set_scaler")
         self.stdout.write(f"{config.model_name}: scaler {config.scaler}")
