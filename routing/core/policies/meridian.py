@@ -512,17 +512,36 @@ class MeridianPolicy(PolicyBase):
                 self._model(target_id)  # a target never seen: index it (idle, default rates)
         cfg = self.config
         prompt = request.prompt_tokens
-        floor = cfg.local_rtt_s + cfg.step_s + (prompt + extra_tokens) * self._least_rate
+        fixed_s = cfg.local_rtt_s + cfg.step_s
+        floor = fixed_s + (prompt + extra_tokens) * self._least_rate
+        # ``_cost`` and ``_pressure_s`` inlined, the same arithmetic in the same order:
+        # when the prompt and its look-ahead exceed the KV capacity, every cold replica
+        # carries at least a request lifetime of pressure that the floor cannot see (it
+        # depends on the probe's usage), so the walk prices most of them and the calls
+        # were most of a 32k-token decision at 512 targets.
+        capacity = cfg.kv_capacity_tokens
+        harm_weight = cfg.harm_weight
+        added = prompt + decode
         replicas = self.replicas
+        get = by_id.get
         for least_s, target_id in self._by_floor:
             if least_s + floor >= best_cost:
                 break
-            target = by_id.get(target_id)
+            target = get(target_id)
             if target is None or target_id in uncached:
                 continue
             model = replicas[target_id]
-            cost = self._cost(model, target, prompt, decode)
-            cost += extra_tokens * model.prefill_s_per_token
+            rate = model.prefill_s_per_token
+            prefill_s = prompt * rate
+            cost = fixed_s + model.queued_prefill * rate + prefill_s
+            cost += harm_weight * prefill_s * model.decoding
+            held = int(target.kv_usage * capacity)
+            if model.kv_tokens > held:
+                held = model.kv_tokens
+            overflow = held + added - capacity
+            if overflow > 0:
+                cost += overflow * model.mean_output * model.itl_s / (held if held > 1 else 1)
+            cost += extra_tokens * rate
             if cost < best_cost:
                 best, best_cost = target, cost
         return best, best_cost

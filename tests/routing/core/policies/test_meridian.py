@@ -358,6 +358,45 @@ def test_the_indexed_walk_finds_the_cheapest_of_every_candidate(kv_capacity: int
         assert policy.choose(probe, candidates, [], []).cost_s == pytest.approx(min(costs))
 
 
+# Prompts above the 4,096-token KV capacity: every cold replica carries pressure the
+# walk's floor cannot see, so the walk prices nearly all of them (the inlined pricing).
+def test_the_walk_prices_cold_replicas_exactly_as_replica_cost() -> None:
+    rng = random.Random(11)
+    policy = MeridianPolicy(MeridianConfig(kv_capacity_tokens=4096, affinity_tokens=10**6))
+    targets = [target(f"r{i:02d}") for i in range(30)]
+    for t in targets:
+        t.kv_usage = rng.random()
+    for n in range(200):
+        r = sized(rng.randrange(16, 9000), f"load-{n}", output=rng.randrange(1, 600))
+        chosen = policy.select(r, rng.sample(targets, 20))
+        assert chosen is not None
+        if rng.random() < 0.5:
+            policy.observe_first_token(r, chosen.target_id, rng.uniform(0.05, 3.0))
+        if rng.random() < 0.3:
+            policy.observe_finish(r, chosen.target_id, rng.uniform(0.1, 9.0), rng.randrange(2, 900))
+        if rng.random() < 0.3:
+            policy.on_complete(r, chosen, ok=True)
+        probe = sized(rng.randrange(4000, 40_000), f"probe-{n}", output=rng.randrange(0, 600))
+        candidates = rng.sample(targets, 25)
+        queued_ahead = rng.randrange(0, 5)
+        ahead = queued_ahead * policy.mean_uncached / len(candidates)
+        costs = {
+            t.target_id: policy.replica_cost(probe, t, probe.prompt_tokens)
+            + ahead * policy.replicas[t.target_id].prefill_s_per_token
+            for t in candidates
+        }
+        # As a wait (the extra tokens queued ahead count too), then as a replica:
+        # the same cost to the last bit, so every decision stays what it was.
+        wait = policy.choose(probe, [], candidates, [], queued_ahead=queued_ahead)
+        assert wait.option is Option.WAIT and wait.cost_s == min(costs.values())
+        costs = {
+            t.target_id: policy.replica_cost(probe, t, probe.prompt_tokens) for t in candidates
+        }
+        choice = policy.choose(probe, candidates, [], [])
+        assert choice.target is not None and choice.cost_s == min(costs.values())
+        assert costs[choice.target.target_id] == choice.cost_s
+
+
 def test_bad_config_is_refused() -> None:
     with pytest.raises(ValueError, match="admission_tokens"):
         MeridianConfig(admission_tokens=0)
