@@ -271,6 +271,10 @@ MERIDIAN_FORECAST_PERIOD_S = env_float("MERIDIAN_FORECAST_PERIOD_S", 600.0, mini
 MERIDIAN_FORECAST_WINDOW_S = env_float("MERIDIAN_FORECAST_WINDOW_S", 600.0, minimum=60.0)
 MERIDIAN_FORECAST_HISTORY_S = env_float("MERIDIAN_FORECAST_HISTORY_S", 7 * 86400.0, minimum=3600.0)
 MERIDIAN_FORECAST_RETRAIN_S = env_float("MERIDIAN_FORECAST_RETRAIN_S", 86400.0, minimum=60.0)
+# Demand-aware placement (workers.scaling.regional): the share of a region's forecast
+# demand its neighbours may serve, and the farthest (RTT) a region forwards to.
+MERIDIAN_PLACEMENT_MAX_SPILL = env_float("MERIDIAN_PLACEMENT_MAX_SPILL", 0.3, minimum=0.0)
+MERIDIAN_PLACEMENT_RTT_BUDGET_MS = env_float("MERIDIAN_PLACEMENT_RTT_BUDGET_MS", 100.0, minimum=0.0)
 # The queue the worker consumes and tasks go to: separate stacks can share one Redis.
 CELERY_TASK_DEFAULT_QUEUE = env_str("MERIDIAN_CELERY_QUEUE", "celery")
 # Drills: how often they poll the balancers' /internal/state, and the allowance on top

@@ -16,6 +16,13 @@ ready replica's KV look-ahead map as its balancer last published it on the live 
 older than ``LOOKAHEAD_MAX_AGE_S``).  A missing forecast or map is a missing signal,
 never an error: the scaler runs on what it has, and never below the request rate.
 
+A service whose zones lie in two or more regions, each with a stored forecast
+(``workers.forecasting``'s per-region entries), also gets ``regional_inputs``: each
+region's forecast demand and the RTTs of ``RegionLatency``; the step then splits N
+across the regions (``workers.scaling.regional``) and the placement policy places each
+region's share within its zones.  A region without a forecast means no split: the
+step places N as one fleet, as before.
+
 Launched replicas start ``provisioning`` (billed from now), become ``starting`` when the
 provider reports their process running, and ``ready`` through the ordinary readiness
 probes (``workers.probes``); balancers pick them up on their next topology refresh.
@@ -35,7 +42,7 @@ from django.db.models import Q, Sum
 from django.utils import timezone
 from django.utils.text import slugify
 
-from fleet.models import Event, MetricRollup, Replica, ServiceConfig, Zone
+from fleet.models import Event, MetricRollup, RegionLatency, Replica, ServiceConfig, Zone
 from routing.core.live_feed import FIELD, decode_all, latest_replicas, stream_key
 from routing.core.policies.meridian import MeridianConfig
 from workers import draining, forecasting
@@ -49,8 +56,9 @@ from workers.scaling.controller import (
     step_service,
 )
 from workers.scaling.drain import SCALE_DOWN
-from workers.scaling.fleet import Fleet, FleetReplica
+from workers.scaling.fleet import Fleet, FleetReplica, ZoneOffer
 from workers.scaling.instance_scaler import InstanceScalerConfig, forecast_instances
+from workers.scaling.regional import RegionalConfig, RegionalInputs, forecast_demand
 from workers.scaling.workload_forecast import InstanceCapacity
 from workers.task_policy import redis_client
 
@@ -85,10 +93,11 @@ def scale_service(
     launcher = ProviderLauncher(provider, service, now, drains)
     fleet = launched_fleet(service, provider)
     forecast_n, lookaheads, unmapped = preserve_signals(service, now)
+    zones = provider.zones()
     step = step_service(
         service_view(service),
         fleet,
-        provider.zones(),
+        zones,
         qps=service_qps(service, now),
         now=now.timestamp(),
         preemptions=preemptions,
@@ -96,6 +105,7 @@ def scale_service(
         forecast_n=forecast_n,
         lookaheads=lookaheads,
         unmapped=unmapped,
+        regional=regional_inputs(zones, now),
     )
     save_step(service, step, drains)
     if step.changed:
@@ -189,6 +199,39 @@ def preserve_forecast_n(client: redis.Redis, service: ServiceConfig, now: dateti
     if capacity is None or stored is None or stored.get("window_s") != window_s:
         return None
     return forecast_instances(stored, math.floor(now.timestamp() / window_s), capacity)
+
+
+def regional_inputs(zones: list[ZoneOffer], now: datetime) -> RegionalInputs | None:
+    """Each region's forecast demand (``regional.forecast_demand`` of its stored entry)
+    and the RTTs between them; None with fewer than two regions, or while a region has
+    no current forecast or Redis cannot be read (the step places N as one fleet)."""
+    regions = sorted({z.region for z in zones})
+    if len(regions) < 2:
+        return None
+    window_s = settings.MERIDIAN_FORECAST_WINDOW_S
+    now_window = math.floor(now.timestamp() / window_s)
+    demand: dict[str, float] = {}
+    try:
+        with redis_client() as client:
+            for region in regions:
+                stored = forecasting.load(client, region)
+                found = None
+                if stored is not None and stored.get("window_s") == window_s:
+                    found = forecast_demand(stored, now_window)
+                if found is None:
+                    return None
+                demand[region] = found
+    except (redis.RedisError, OSError) as exc:
+        logger.warning("regional placement: Redis unavailable (%s); no split", exc)
+        return None
+    rows = RegionLatency.objects.filter(
+        source__name__in=regions, target__name__in=regions
+    ).values_list("source__name", "target__name", "rtt_ms")
+    config = RegionalConfig(
+        max_spill=settings.MERIDIAN_PLACEMENT_MAX_SPILL,
+        rtt_budget_ms=settings.MERIDIAN_PLACEMENT_RTT_BUDGET_MS,
+    )
+    return RegionalInputs(demand, {(a, b): rtt for a, b, rtt in rows}, config)
 
 
 def _ready_replicas(service: ServiceConfig) -> list[tuple[str, str]]:
@@ -385,7 +428,7 @@ def record_decision(step: ServiceStep, drained_first: list[str] | None = None) -
         "scaling.decision",
         f"{d.service}: {d.scaler}: {d.why}; mix {target.spot} spot + {target.on_demand}"
         f" on-demand; launched {len(d.launched)}, terminated {len(d.terminated)}"
-        f" ({len(drained)} draining first)",
+        f" ({len(drained)} draining first)" + (f"; {d.regions['why']}" if d.regions else ""),
         subject=d.service,
         qps=round(d.qps, 4),
         n_target=d.n_target,
@@ -401,6 +444,7 @@ def record_decision(step: ServiceStep, drained_first: list[str] | None = None) -
         scaler=d.scaler,
         why=d.why,
         reason=d.reason,
+        regions=d.regions,
     )
 
 

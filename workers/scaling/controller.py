@@ -27,13 +27,14 @@ Everything else here is arithmetic on frozen inputs, and ``now`` is an argument.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from workers.scaling.autoscaler import AutoscalerConfig
 from workers.scaling.base import PlacementPolicy
 from workers.scaling.fleet import ON_DEMAND, SPOT, Fleet, Launcher, MixTarget, ZoneOffer
 from workers.scaling.instance_scaler import InstanceScalerConfig
 from workers.scaling.reconcile import ReconcileResult, reconcile
+from workers.scaling.regional import RegionalInputs, RegionSplit, split_replicas
 from workers.scaling.registry import build_policy
 from workers.scaling.scalers import ScalingOutcome, ScalingSignals, build_scaler
 
@@ -75,6 +76,7 @@ class ScaleDecision:
     scaler: str = "request-rate"  # the scaling policy that decided N_tar
     why: str = ""  # its reason in one line
     reason: dict[str, object] = field(default_factory=dict)  # the same as plain data
+    regions: dict[str, object] = field(default_factory=dict)  # the regional split, if any
 
 
 @dataclass(frozen=True)
@@ -98,28 +100,101 @@ def step_service(
     forecast_n: int | None = None,
     lookaheads: Sequence[Sequence[int]] = (),
     unmapped: int = 0,
+    regional: RegionalInputs | None = None,
 ) -> ServiceStep:
     """One beat for one service; ``fleet`` holds its launched replicas (dead ones left
     out), ``preemptions`` every one the provider reported (other services' are ignored).
     ``forecast_n`` (the forecast's N for the windows ahead, None: no forecast) and
     ``lookaheads`` (each ready replica's anticipated KV tokens per iteration, and
     ``unmapped``: how many ready replicas have no known map) feed the ``preserve``
-    scaler; ``request-rate`` reads the QPS only."""
+    scaler; ``request-rate`` reads the QPS only.  ``regional`` (each region's forecast
+    demand, None: none known) splits N across regions (``regional``), and the policy
+    places each region's share within its zones; without it N is placed as one fleet."""
     mine = [p for p in preemptions if p.model_name == view.model_name]
     scaled = decide_n(view, now, ScalingSignals(qps, forecast_n, tuple(lookaheads), unmapped))
-    policy = restore_policy(view, zones, fleet, mine)
-    result = reconcile(policy, scaled.n_target, fleet, launcher, now=now)
-    placement = policy.snapshot()
+    split = _split(view, zones, scaled.n_target, regional)
+    if split is None:
+        policy = restore_policy(view, zones, fleet, mine)
+        result = reconcile(policy, scaled.n_target, fleet, launcher, now=now)
+        placement = policy.snapshot()
+        by_region: dict[str, object] | None = None
+    else:
+        result, by_region = reconcile_regions(view, zones, fleet, mine, split, launcher, now)
+        stored = view.scaling_state.get("placement")
+        placement = dict(stored) if isinstance(stored, Mapping) else {}
     changed = bool(result.launched or result.terminated or mine)
     decision = _decision(view.model_name, qps, scaled.n_target, fleet, result)
     decision.scaler, decision.why, decision.reason = view.scaler, scaled.describe, scaled.reason
+    state = next_state(scaled.state, placement, fleet, result.target)
+    if split is not None and by_region is not None:
+        decision.regions = split.as_data()
+        state["placement_by_region"] = by_region
+        changed = changed or view.scaling_state.get("regions") != split.counts
+        state["regions"] = dict(split.counts)
     return ServiceStep(
         decision=decision,
         target=result.target,
         placement=placement,
-        scaling_state=next_state(scaled.state, placement, fleet, result.target),
+        scaling_state=state,
         changed=changed or scaled.n_target != view.target_replicas,
     )
+
+
+def _split(
+    view: ServiceView, zones: Sequence[ZoneOffer], n_target: int, regional: RegionalInputs | None
+) -> RegionSplit | None:
+    """The regional split over the regions the service has zones in (a region with
+    zones but no forecast: no split, the step is the one-fleet step)."""
+    if regional is None:
+        return None
+    regions = sorted({z.region for z in zones})
+    if any(r not in regional.demand for r in regions):
+        return None
+    inputs = replace(regional, demand={r: regional.demand[r] for r in regions})
+    return split_replicas(n_target, inputs, view.autoscaler.max_replicas)
+
+
+def reconcile_regions(
+    view: ServiceView,
+    zones: Sequence[ZoneOffer],
+    fleet: Fleet,
+    preemptions: Sequence[Preemption],
+    split: RegionSplit,
+    launcher: Launcher,
+    now: float,
+) -> tuple[ReconcileResult, dict[str, object]]:
+    """Each region's share reconciled by the service's policy over that region's zones
+    and replicas, from that region's stored snapshot.  The over-provisioning
+    (``spot_extra``) and the static on-demand count go to the region holding the most
+    (ties by name), so the fleet carries them once, as without a split.  A replica in
+    a zone no longer offered belongs to no region and is left as it is."""
+    region_of = {z.name: z.region for z in zones}
+    stored = view.scaling_state.get("placement_by_region")
+    states = stored if isinstance(stored, Mapping) else {}
+    lead = min(split.counts, key=lambda r: (-split.counts[r], r))
+    merged = ReconcileResult(target=MixTarget(0, 0))
+    snapshots: dict[str, object] = {}
+    for region in sorted(split.counts):
+        state = states.get(region)
+        local = replace(
+            view,
+            spot_extra=view.spot_extra if region == lead else 0,
+            static_on_demand=view.static_on_demand if region == lead else 0,
+            scaling_state={**view.scaling_state, "placement": state},
+        )
+        here = Fleet(tuple(r for r in fleet.replicas if region_of.get(r.zone) == region))
+        mine = [p for p in preemptions if region_of.get(p.zone) == region]
+        policy = restore_policy(local, [z for z in zones if z.region == region], here, mine)
+        result = reconcile(policy, split.counts[region], here, launcher, now=now)
+        snapshots[region] = policy.snapshot()
+        merged.target = MixTarget(
+            merged.target.spot + result.target.spot,
+            merged.target.on_demand + result.target.on_demand,
+        )
+        merged.launched += result.launched
+        merged.refused += result.refused
+        merged.terminated += result.terminated
+    return merged, snapshots
 
 
 def decide_n(view: ServiceView, now: float, signals: ScalingSignals) -> ScalingOutcome:
