@@ -31,6 +31,7 @@ Semantics the dispatcher relies on:
 from __future__ import annotations
 
 import asyncio
+import functools
 import ssl
 import weakref
 from collections import deque
@@ -62,6 +63,10 @@ class _Connection(asyncio.Protocol):
         self.parser = httptools.HttpResponseParser(self)
         self.lost = False
         self.reused = False
+        # The read timeout's one timer (see ``wait``) and what it checks.
+        self._timer: asyncio.TimerHandle | None = None
+        self._waiting_since = 0.0
+        self._timeout = 0.0
         self._reset()
 
     def _reset(self) -> None:
@@ -92,6 +97,9 @@ class _Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.lost = True
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         if not self.complete:
             reason = f"connection lost: {exc}" if exc else "server closed the connection"
             self._fail(UpstreamError(reason))
@@ -126,15 +134,26 @@ class _Connection(asyncio.Protocol):
         self.transport.write(data)
 
     async def wait(self, timeout: float) -> None:
-        """Until the parser made progress (or failed, or ``timeout`` passed)."""
+        """Until the parser made progress (or failed, or ``timeout`` passed).
+
+        A stream waits once per relayed read, so no timer is armed and cancelled per
+        wait: one timer per connection, armed when none is (or when it would fire after
+        this wait's deadline), checks when it fires how long the wait in progress has
+        lasted and fails it at ``timeout``, or arms itself again for the rest
+        (``_check_timeout``)."""
         if self.error is not None:
             raise self.error
-        self.waiter = self.loop.create_future()
-        timer = self.loop.call_later(timeout, self._timed_out, self.waiter)
+        waiter = self.waiter = self.loop.create_future()
+        self._waiting_since = now = self.loop.time()
+        self._timeout = timeout
+        timer = self._timer
+        if timer is None or timer.when() > now + timeout:  # none, or too late for this wait
+            if timer is not None:
+                timer.cancel()
+            self._timer = self.loop.call_at(now + timeout, self._check_timeout)
         try:
-            await self.waiter
+            await waiter
         finally:
-            timer.cancel()
             self.waiter = None
 
     def take(self) -> bytes:
@@ -151,6 +170,9 @@ class _Connection(asyncio.Protocol):
 
     def close(self) -> None:
         self.lost = True
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         if self.transport is not None:
             self.transport.close()
 
@@ -163,9 +185,16 @@ class _Connection(asyncio.Protocol):
         if self.waiter is not None and not self.waiter.done():
             self.waiter.set_exception(error)
 
-    def _timed_out(self, waiter: asyncio.Future[None]) -> None:
-        if not waiter.done():
+    def _check_timeout(self) -> None:
+        self._timer = None
+        waiter = self.waiter
+        if waiter is None or waiter.done():
+            return  # not waiting now: the next wait arms the timer again
+        waited = self.loop.time() - self._waiting_since
+        if waited >= self._timeout:
             waiter.set_exception(UpstreamError("read timed out"))
+        else:
+            self._timer = self.loop.call_later(self._timeout - waited, self._check_timeout)
 
 
 class UpstreamResponse:
@@ -336,14 +365,22 @@ def _origin(url: str) -> Origin:
     return parts.hostname, parts.port or (443 if tls else 80), tls
 
 
-def _request_head(url: str, headers: Mapping[str, str], length: int) -> tuple[Origin, bytes]:
+@functools.lru_cache(maxsize=1024)
+def _start_lines(url: str) -> tuple[Origin, str]:
+    """``url``'s origin and the request line and ``Host`` line of a POST to it.  The
+    URLs are few (each replica's and peer's, per endpoint), so each is parsed once,
+    not per request; a bad one raises every time (exceptions are not cached)."""
     parts = urlsplit(url)
     origin = _origin(url)
-    port = origin[1]
     target = parts.path or "/"
     if parts.query:
         target += "?" + parts.query
-    lines = [f"POST {target} HTTP/1.1", f"Host: {parts.hostname}:{port}"]
+    return origin, f"POST {target} HTTP/1.1\r\nHost: {parts.hostname}:{origin[1]}"
+
+
+def _request_head(url: str, headers: Mapping[str, str], length: int) -> tuple[Origin, bytes]:
+    origin, start = _start_lines(url)
+    lines = [start]
     lines += [f"{name}: {value}" for name, value in headers.items()]
     lines.append(f"Content-Length: {length}")
     return origin, ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")

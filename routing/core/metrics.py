@@ -10,6 +10,7 @@ from configuration, never from request content.
 
 from __future__ import annotations
 
+import bisect
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Sequence
@@ -119,7 +120,9 @@ class Histogram(_Family):
     def observe(self, value: float, *labels: str) -> None:
         key = self._key(labels)
         counts = self._counts.setdefault(key, [0] * (len(self.buckets) + 1))
-        index = next((i for i, b in enumerate(self.buckets) if value <= b), len(self.buckets))
+        # The first bucket with ``value <= bound``; NaN, above no bound, goes to +Inf.
+        buckets = self.buckets
+        index = len(buckets) if math.isnan(value) else bisect.bisect_left(buckets, value)
         counts[index] += 1
         self._sums[key] = self._sums.get(key, 0.0) + value
 

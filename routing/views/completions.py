@@ -120,8 +120,15 @@ def authorize(request: ApiRequest, runtime: BalancerRuntime) -> str:
     while its address is held down after too many failed attempts
     (``routing.core.auth_failures``).  A forward from an authenticated peer is never
     held down: the peer's address speaks for many clients, and it checked the key."""
-    limiter = runtime.auth_failures
     forwarded = forwarded_with(request.headers, runtime.config.internal_token)
+    return _authorized(request, runtime, forwarded=forwarded)[0]
+
+
+def _authorized(
+    request: ApiRequest, runtime: BalancerRuntime, *, forwarded: bool
+) -> tuple[str, str]:
+    """``authorize`` with the hop check already made: the header and its key's hash."""
+    limiter = runtime.auth_failures
     source = "" if forwarded else _source(request)
     now = time.monotonic()
     if source and (wait := limiter.retry_after(source, now)) is not None:
@@ -139,16 +146,18 @@ def _source(request: ApiRequest) -> str:
     return request.remote_addr or "-"
 
 
-def _checked_key(request: ApiRequest, runtime: BalancerRuntime) -> str:
+def _checked_key(request: ApiRequest, runtime: BalancerRuntime) -> tuple[str, str]:
+    """The ``Authorization`` header and the SHA-256 of its key (hashed once per request)."""
     header = request.headers.get("Authorization", "")
     scheme, _, key = header.partition(" ")
     key = key.strip()
     if scheme.lower() != "bearer" or not key:
         raise errors.invalid_api_key(provided=False)
     snapshot = runtime.snapshot
-    if snapshot is None or hash_api_key(key) not in snapshot.api_key_hashes:
+    key_hash = hash_api_key(key)
+    if snapshot is None or key_hash not in snapshot.api_key_hashes:
         raise errors.invalid_api_key(provided=True)
-    return header
+    return header, key_hash
 
 
 def read_body(request: ApiRequest, limit: int) -> bytes:
@@ -184,8 +193,9 @@ async def admit(
     arrived: float,
     request_id: str,
 ) -> ProxyCall:
-    authorization = authorize(request, runtime)
-    key_hash = hash_api_key(authorization.partition(" ")[2].strip())
+    # The hop check and the key's hash are made once here and passed on.
+    forwarded = forwarded_with(request.headers, runtime.config.internal_token)
+    authorization, key_hash = _authorized(request, runtime, forwarded=forwarded)
     body = read_body(request, runtime.config.max_body_bytes)
     # A large body is parsed, checked and its blocks hashed in a worker thread: for a
     # body of megabytes each takes tens of milliseconds, which inline would stall every
@@ -222,7 +232,7 @@ async def admit(
         session_key=session_key(parsed, request.headers.get("X-Session-ID"), request.remote_addr),
         # The base model's scheme: its replicas report the block size.
         scheme=runtime.block_schemes.scheme(model),
-        forwarded=forwarded_with(request.headers, runtime.config.internal_token),
+        forwarded=forwarded,
         model=model,
         lora=adapter,
     )

@@ -24,10 +24,13 @@ EVENTS = [b"data: one\n\n", b"data: two\n\n", b"data: [DONE]\n\n"]
 @dataclass
 class FakeUpstream:
     """Behaviours: ``drop_second`` closes a reused connection instead of answering;
-    ``stall`` sends the head and one chunk, then nothing."""
+    ``stall`` sends the head and one chunk, then nothing (from the ``stall_from``-th
+    request on a connection); ``pace`` seconds pass between events."""
 
     drop_second: bool = False
     stall: bool = False
+    stall_from: int = 1
+    pace: float = 0.0
     connections: int = 0
     disconnected_early: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -39,23 +42,25 @@ class FakeUpstream:
                 served += 1
                 if self.drop_second and served == 2:
                     break  # as if its keep-alive timer fired just as the request came in
-                await self._respond(reader, writer)
+                await self._respond(reader, writer, stall=self.stall and served >= self.stall_from)
         except ConnectionError:
             pass
         finally:
             writer.close()
 
-    async def _respond(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _respond(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *, stall: bool
+    ) -> None:
         writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n")
         writer.write(b"transfer-encoding: chunked\r\n\r\n")
         for index, event in enumerate(EVENTS):
             writer.write(b"%x\r\n%s\r\n" % (len(event), event))
             await writer.drain()
-            if self.stall and index == 0:
+            if stall and index == 0:
                 if await reader.read() == b"":  # end of file: the client went away
                     self.disconnected_early.set()
                 return
-            await asyncio.sleep(0)
+            await asyncio.sleep(self.pace)
         writer.write(b"0\r\n\r\n")
         await writer.drain()
 
@@ -141,6 +146,35 @@ async def test_silence_past_the_read_timeout_and_refused_connections_are_upstrea
     await response.aclose()
     with pytest.raises(UpstreamError, match="connect"):
         await pool.post("http://127.0.0.1:9/", b"{}", {})
+    await pool.aclose()
+
+
+async def test_the_read_timeout_bounds_each_silence_not_the_whole_response(
+    upstream: tuple[FakeUpstream, str],
+) -> None:
+    fake, url = upstream
+    fake.pace = 0.1  # three gaps: longer together than the timeout, each far shorter
+    pool = _pool(read_timeout_s=0.25)
+    for _ in range(2):  # the second on the connection the first left its timer on
+        response = await pool.post(url, b"{}", {})
+        assert await response.aread() == b"".join(EVENTS)
+    assert fake.connections == 1
+    await pool.aclose()
+
+
+async def test_a_reused_connection_still_times_out_when_its_upstream_goes_silent(
+    upstream: tuple[FakeUpstream, str],
+) -> None:
+    fake, url = upstream
+    fake.stall, fake.stall_from = True, 2
+    pool = _pool(read_timeout_s=0.3)
+    first = await pool.post(url, b"{}", {})
+    assert await first.aread() == b"".join(EVENTS)
+    second = await pool.post(url, b"{}", {})
+    with pytest.raises(UpstreamError, match="timed out"):
+        await second.aread()
+    await second.aclose()
+    assert fake.connections == 1
     await pool.aclose()
 
 
