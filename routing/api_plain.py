@@ -117,8 +117,10 @@ async def _respond(request: ApiRequest, endpoint: Endpoint, receive: Receive, se
 
 
 async def _disconnected(receive: Receive) -> None:
-    while (await receive())["type"] != "http.disconnect":
-        pass
+    """Returns when the client leaves (a body still arriving is read and dropped)."""
+    message = await receive()
+    while message["type"] != "http.disconnect":
+        message = await receive()
 
 
 async def _answer(request: ApiRequest, endpoint: Endpoint) -> ProxyResponse:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 import pytest
@@ -166,15 +166,7 @@ def test_a_client_gone_while_the_replica_works_gives_the_slot_back(stream: bool)
 
         async def scenario() -> None:
             left = asyncio.Event()
-            delivered = False
-
-            async def receive() -> dict[str, Any]:
-                nonlocal delivered
-                if not delivered:
-                    delivered = True
-                    return {"type": "http.request", "body": body, "more_body": False}
-                await left.wait()
-                return {"type": "http.disconnect"}
+            receive = _body_then_leave(body, left)
 
             async def send(message: dict[str, Any]) -> None:
                 sent.append(message)
@@ -200,15 +192,7 @@ def test_a_client_gone_mid_stream_settles_it_as_closed(api: Api) -> None:
 
     async def scenario() -> None:
         left = asyncio.Event()
-        delivered = False
-
-        async def receive() -> dict[str, Any]:
-            nonlocal delivered
-            if not delivered:
-                delivered = True
-                return {"type": "http.request", "body": body, "more_body": False}
-            await left.wait()
-            return {"type": "http.disconnect"}
+        receive = _body_then_leave(body, left)
 
         async def send(message: dict[str, Any]) -> None:
             sent.append(message)
@@ -222,6 +206,21 @@ def test_a_client_gone_mid_stream_settles_it_as_closed(api: Api) -> None:
     assert [m["type"] for m in sent] == ["http.response.start"]
     assert api.runtime.inflight() == 0
     assert requests.value(MODEL, "499", "local") == before + 1
+
+
+def _body_then_leave(body: bytes, left: asyncio.Event) -> Callable[[], Awaitable[dict[str, Any]]]:
+    """An ASGI ``receive``: the whole body at once, then a disconnect once ``left`` is set."""
+    delivered = False
+
+    async def receive() -> dict[str, Any]:
+        nonlocal delivered
+        if not delivered:
+            delivered = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        await left.wait()
+        return {"type": "http.disconnect"}
+
+    return receive
 
 
 def _scope(rid: str = "rid-plain", *, declare_length: int | None = None) -> dict[str, Any]:
