@@ -3,7 +3,13 @@
 * ``--clients us-east=40,...``: closed loop (SkyLB §5.1), one workload stream per
   region; region *i* is seeded ``seed + 7919·i`` so regions do not replay the
   same conversations (region 0 uses ``seed`` itself, as ``manage.py replay``).
-* ``--rate us-east=2,...``: open-loop Poisson arrivals per region.
+  A trace file (``sharegpt:``, ``mooncake:``, ``azure:``) is dealt instead over
+  the *n* regions that send: the *i*-th runs programs *k* with *k mod n = i*, so
+  each recorded conversation is one user's, in one region.  Replaying the whole
+  file in every region would have three users send identical conversations, and
+  the oracle bounds would count that copy as reuse across regions.
+* ``--rate us-east=2,...``: open-loop Poisson arrivals per region (programs chosen
+  as for ``--clients``).
 * neither: the workload must be a timed trace.  A ServeGen trace is replayed in
   every region, time-shifted by ``i · 24 h / regions`` so each region's diurnal
   peak falls at a different hour; any other trace is dealt round-robin across
@@ -24,6 +30,7 @@ from dataclasses import dataclass
 from sim.des.clients import RegionClients
 from sim.des.config import SimConfig, SimConfigError
 from sim.workloads import ClosedLoop, OpenLoop, Program, Workload, parse_workload
+from sim.workloads.registry import reads_trace_file
 from sim.workloads.servegen import ServeGenTrace
 
 DAY_S = 86_400.0
@@ -49,13 +56,40 @@ class MixedWorkload:
             yield dataclasses.replace(program, program_id=k, session_key=key)
 
 
-def region_workload(spec: str, seed: int) -> Workload:
-    parts = [parse_workload(part, seed=seed) for part in spec.split("+")]
+def _dealt(programs: Iterator[Program], index: int, count: int) -> Iterator[Program]:
+    return (p for k, p in enumerate(programs) if k % count == index)
+
+
+class DealtWorkload:
+    """Region ``index`` of ``count``'s share of a trace file: every ``count``-th program."""
+
+    def __init__(self, workload: Workload, index: int, count: int) -> None:
+        self.workload = workload
+        self.index = index
+        self.count = count
+        self.name = workload.name
+        self.timed = workload.timed
+
+    def programs(self) -> Iterator[Program]:
+        return _dealt(self.workload.programs(), self.index, self.count)
+
+
+def region_workload(
+    spec: str, seed: int, *, deal: tuple[int, int] = (0, 1), file_seed: int | None = None
+) -> Workload:
+    """The workload ``spec`` for one region: synthetic parts seeded with ``seed``; trace
+    files (seeded with ``file_seed``, the same in every region, so the shares add up to
+    the file) dealt as ``deal`` = (this region's index, regions)."""
+    parts = [_region_part(part, seed, deal, file_seed) for part in spec.split("+")]
     return parts[0] if len(parts) == 1 else MixedWorkload(parts)
 
 
-def _dealt(programs: Iterator[Program], index: int, count: int) -> Iterator[Program]:
-    return (p for k, p in enumerate(programs) if k % count == index)
+def _region_part(spec: str, seed: int, deal: tuple[int, int], file_seed: int | None) -> Workload:
+    if not reads_trace_file(spec):
+        return parse_workload(spec, seed=seed)
+    workload = parse_workload(spec, seed=seed if file_seed is None else file_seed)
+    index, count = deal
+    return workload if count == 1 else DealtWorkload(workload, index, count)
 
 
 @dataclass(frozen=True)
@@ -81,7 +115,9 @@ def region_arrivals(cfg: SimConfig, index: int) -> RegionArrivals:
         clients, rate = cfg.clients.get(region, 0), cfg.rate.get(region, 0.0)
         if not clients and rate <= 0:
             return RegionArrivals(None, None)
-        workload = region_workload(cfg.workload, seed)
+        senders = [r for r in cfg.regions if cfg.clients.get(r, 0) or cfg.rate.get(r, 0.0) > 0]
+        deal = (senders.index(region), len(senders))
+        workload = region_workload(cfg.workload, seed, deal=deal, file_seed=cfg.seed)
         if clients:
             return RegionArrivals(ClosedLoop(clients), workload.programs())
         return RegionArrivals(OpenLoop(rate=rate, seed=seed), workload.programs())

@@ -49,6 +49,12 @@ TRACES: dict[str, Callable[[Path, int], Workload]] = {
 WORKLOAD_NAMES = (*SYNTHETIC, *(f"{name}:PATH" for name in TRACES), "servegen:PATH")
 
 
+def reads_trace_file(spec: str) -> bool:
+    """Whether ``spec`` replays a recorded file of requests (``mooncake:``, ``azure:``,
+    ``sharegpt:``): a finite set of programs, each one person's, not a seeded stream."""
+    return spec.strip().partition(":")[0] in TRACES
+
+
 class WorkloadSpecError(ValueError):
     """A ``--workload`` value that names no workload or has bad options."""
 

@@ -68,6 +68,57 @@ def test_a_trace_is_dealt_across_regions(
     assert [p.start for p in west.programs] == [0.1, 0.3, 0.5]
 
 
+def _sharegpt_file(tmp_path: Path, count: int) -> Path:
+    trace = tmp_path / "s.jsonl"
+    rows = (
+        {
+            "id": f"c{i}",
+            "conversations": [{"from": "human", "value": f"q{i}"}, {"from": "gpt", "value": "a"}],
+        }
+        for i in range(count)
+    )
+    trace.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return trace
+
+
+def test_a_conversation_file_in_closed_loop_is_dealt_not_copied_to_every_region(
+    make_config: Callable[..., SimConfig], tmp_path: Path
+) -> None:
+    trace = _sharegpt_file(tmp_path, 5)
+    config = make_config(workload=f"sharegpt:{trace}", clients={"us-east": 2, "eu-west": 2})
+    east, west = region_arrivals(config, 0), region_arrivals(config, 1)
+    assert east.programs is not None and west.programs is not None
+    assert [p.session_key for p in east.programs] == ["sharegpt-c0", "sharegpt-c2", "sharegpt-c4"]
+    assert [p.session_key for p in west.programs] == ["sharegpt-c1", "sharegpt-c3"]
+
+
+def test_only_regions_with_clients_share_a_conversation_file(
+    make_config: Callable[..., SimConfig], tmp_path: Path
+) -> None:
+    trace = _sharegpt_file(tmp_path, 3)
+    config = make_config(
+        workload=f"sharegpt:{trace}", clients={}, rate={"us-east": 0.0, "eu-west": 1.0}
+    )
+    west = region_arrivals(config, 1)
+    assert isinstance(west.arrivals, OpenLoop) and west.programs is not None
+    assert len(list(west.programs)) == 3
+
+
+def test_synthetic_parts_of_a_mix_stay_per_region_while_its_file_is_dealt(
+    make_config: Callable[..., SimConfig], tmp_path: Path
+) -> None:
+    trace = _sharegpt_file(tmp_path, 4)
+    config = make_config(
+        workload=f"sharegpt:{trace}+tot:branching=2,depth=2", clients={"us-east": 1, "eu-west": 1}
+    )
+    east, west = region_arrivals(config, 0), region_arrivals(config, 1)
+    assert east.programs is not None and west.programs is not None
+    east_first, east_tree = itertools.islice(east.programs, 2)
+    west_first, west_tree = itertools.islice(west.programs, 2)
+    assert (east_first.session_key, west_first.session_key) == ("p0:sharegpt-c0", "p0:sharegpt-c1")
+    assert east_tree.steps != west_tree.steps
+
+
 def test_servegen_is_shifted_a_fraction_of_a_day_per_region(
     make_config: Callable[..., SimConfig], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
