@@ -21,7 +21,10 @@
   rejection or a drop is always a miss;
 * oracle bounds on the hit rate (``sim.des.oracle``): one infinite cache, and
   the fleet's real capacity pooled as if placement were free, with the policy's
-  hit rate as a share of the latter (``hit_of_bound``).
+  hit rate as a share of the latter (``hit_of_bound``); and what this
+  deployment's balancers can reach without forwarding (each balancer's
+  replicas pooled for its own clients' requests), with the hit rate as a share
+  of it (``hit_of_reachable``).
 
 Every issued request is accounted for: ``ok + failed + unfinished == issued``.
 """
@@ -35,7 +38,15 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from sim.des.oracle import Bounds, CacheUse, hit_rate_bounds, max_hit_blocks, share_of_bound
+from sim.des.config import SimConfig
+from sim.des.oracle import (
+    BalancerPool,
+    Bounds,
+    CacheUse,
+    hit_rate_bounds,
+    max_hit_blocks,
+    share_of_bound,
+)
 from sim.des.world import SimRun
 
 # A chat user's patience for the first token; docs/simulator.md explains the choice.
@@ -79,6 +90,8 @@ class Summary:
     bound_infinite: float = 0.0
     bound_hit_rate: float = 0.0
     hit_of_bound: float | None = None
+    bound_reachable: float = 0.0
+    hit_of_reachable: float | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -129,12 +142,15 @@ def summarize(run: SimRun, label: str = "", ttft_slo_s: float = DEFAULT_TTFT_SLO
         bound_infinite=bounds.infinite,
         bound_hit_rate=bounds.pooled,
         hit_of_bound=share_of_bound(hit_rate, bounds.pooled),
+        bound_reachable=bounds.reachable,
+        hit_of_reachable=share_of_bound(hit_rate, bounds.reachable),
     )
 
 
 def _bounds(run: SimRun, prompt_tokens: int) -> Bounds:
     """The oracle bounds over this run's own requests and its fleet's KV capacity."""
-    engine = run.config.engine
+    config, engine = run.config, run.config.engine
+    served = [r for r in run.records if r.ok]
     uses = [
         CacheUse(
             r.sent_at,
@@ -143,13 +159,32 @@ def _bounds(run: SimRun, prompt_tokens: int) -> Bounds:
             r.reply_keys,
             max_hit_blocks(r.prompt_tokens, engine.block_size),
         )
-        for r in run.records
-        if r.ok
+        for r in served
     ]
-    capacity = engine.num_blocks * sum(run.config.replicas.values())
+    capacity = engine.num_blocks * sum(config.replicas.values())
     return hit_rate_bounds(
-        uses, prompt_tokens, block_size=engine.block_size, capacity_blocks=capacity
+        uses,
+        prompt_tokens,
+        block_size=engine.block_size,
+        capacity_blocks=capacity,
+        balancers=_balancer_pools(config, [r.region for r in served], uses),
     )
+
+
+def _balancer_pools(
+    config: SimConfig, regions: Sequence[str], uses: Sequence[CacheUse]
+) -> list[BalancerPool]:
+    """The reachable bound's split: none for one balancer owning every replica; with a
+    balancer per region, each region's clients' requests over its own replicas."""
+    if config.effective_deployment == "single":
+        return []
+    by_region: dict[str, list[CacheUse]] = {region: [] for region in config.regions}
+    for region, use in zip(regions, uses, strict=True):
+        by_region[region].append(use)
+    return [
+        BalancerPool(mine, config.engine.num_blocks * config.replicas[region])
+        for region, mine in by_region.items()
+    ]
 
 
 def _variance(run: SimRun) -> float:

@@ -17,6 +17,12 @@ block_size`` blocks: the last token is always recomputed for its logits):
   the moment it is sent.  LRU is not Belady-optimal, so a policy could in
   principle beat this bound by a little; in practice it is the ceiling, and
   ``hit / bound`` is how close a policy came to perfect placement.
+* ``reachable``: the same LRU, one per balancer: the replicas a balancer owns
+  pooled as its cache, fed only the requests its clients send it.  What the
+  deployment's balancers can reach without forwarding: with one balancer owning
+  every replica it equals ``pooled``; with a balancer per region it leaves out
+  reuse between regions (a prefix first sent in one region and again in
+  another), which only a forward, or one balancer for the world, can collect.
 
 Only served requests take part: a rejected or dropped request was never
 computed, so its blocks must not fill (or, in the LRU, flush) the imagined
@@ -53,6 +59,16 @@ class Bounds:
 
     infinite: float
     pooled: float
+    reachable: float
+
+
+@dataclass(frozen=True, slots=True)
+class BalancerPool:
+    """One balancer's share for the ``reachable`` bound: its clients' requests and the
+    KV capacity of the replicas it owns."""
+
+    uses: Sequence[CacheUse]
+    capacity_blocks: int
 
 
 def max_hit_blocks(prompt_tokens: int, block_size: int) -> int:
@@ -124,14 +140,30 @@ def prefix_hit_blocks(uses: Sequence[CacheUse], capacity_blocks: int | None) -> 
 
 
 def hit_rate_bounds(
-    uses: Sequence[CacheUse], prompt_tokens: int, *, block_size: int, capacity_blocks: int
+    uses: Sequence[CacheUse],
+    prompt_tokens: int,
+    *,
+    block_size: int,
+    capacity_blocks: int,
+    balancers: Sequence[BalancerPool] = (),
 ) -> Bounds:
-    """Both bounds as hit rates over ``prompt_tokens`` (the requests' prompts)."""
+    """The bounds as hit rates over ``prompt_tokens`` (the requests' prompts).
+
+    ``balancers`` splits ``uses`` by the balancer that owns each; none given means
+    one balancer owning the whole fleet (``reachable`` is then ``pooled``)."""
     if prompt_tokens <= 0:
-        return Bounds(0.0, 0.0)
-    infinite = prefix_hit_blocks(uses, None) * block_size / prompt_tokens
-    pooled = prefix_hit_blocks(uses, capacity_blocks) * block_size / prompt_tokens
-    return Bounds(infinite, pooled)
+        return Bounds(0.0, 0.0, 0.0)
+    pooled_blocks = prefix_hit_blocks(uses, capacity_blocks)
+    reachable_blocks = (
+        sum(prefix_hit_blocks(pool.uses, pool.capacity_blocks) for pool in balancers)
+        if balancers
+        else pooled_blocks
+    )
+    return Bounds(
+        prefix_hit_blocks(uses, None) * block_size / prompt_tokens,
+        pooled_blocks * block_size / prompt_tokens,
+        reachable_blocks * block_size / prompt_tokens,
+    )
 
 
 def share_of_bound(hit_rate: float, bound: float) -> float | None:

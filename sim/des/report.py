@@ -44,6 +44,8 @@ COLUMNS = (
     ("hit %", 6),
     ("hit/bound", 9),
     ("bound %", 8),
+    ("hit/reach", 9),
+    ("reach %", 8),
     ("inf %", 6),
     ("out var", 8),
     ("fwd %", 6),
@@ -83,6 +85,8 @@ def table_rows(summaries: Sequence[Summary]) -> list[list[str]]:
                 f"{100 * s.hit_rate:.1f}",
                 _share(s.hit_of_bound),
                 f"{100 * s.bound_hit_rate:.1f}",
+                _share(s.hit_of_reachable),
+                f"{100 * s.bound_reachable:.1f}",
                 f"{100 * s.bound_infinite:.1f}",
                 f"{s.outstanding_variance:.2f}",
                 f"{100 * s.forwarded_share:.1f}",
@@ -111,7 +115,8 @@ LEGEND = (
     "ranked by goodput: requests/s answered with TTFT <= {slo:g} s; SLO % and goodput count "
     "every rejection (rej: 400) and drop (timeouts, 5xx, unfinished) as a miss; percentiles "
     "are over successes. hit/bound: hit rate over the fleet's KV pooled as one LRU cache "
-    "(bound %); inf %: one infinite cache."
+    "(bound %); hit/reach: over what this deployment's balancers reach without forwarding, "
+    "each balancer's replicas pooled for its own clients (reach %); inf %: one infinite cache."
 )
 
 
@@ -129,6 +134,7 @@ def _figures(summaries: Sequence[Summary]) -> list[go.Figure]:
     for name, attr in (
         ("hit rate", "hit_rate"),
         ("bound: pooled LRU", "bound_hit_rate"),
+        ("reachable: each balancer's replicas pooled", "bound_reachable"),
         ("one infinite cache", "bound_infinite"),
     ):
         hits.add_bar(name=name, x=labels, y=[100 * getattr(s, attr) for s in summaries])

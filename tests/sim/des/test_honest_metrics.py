@@ -98,3 +98,19 @@ def test_a_small_fleet_cache_lowers_the_pooled_bound(
     tiny = summarize(simulate(dataclasses.replace(config, engine=tiny_engine)))
     assert roomy.bound_hit_rate == roomy.bound_infinite  # everything fits
     assert tiny.bound_hit_rate < tiny.bound_infinite
+
+
+def test_the_reachable_bound_follows_the_deployment(make_config: Callable[..., SimConfig]) -> None:
+    # One prompt of four blocks, sent from us-east and then from eu-west.
+    size = make_config().engine.block_size
+    records = [
+        dataclasses.replace(served(i, 0.2), region=region, prompt_keys=(1, 2, 3, 4),
+                            prompt_tokens=4 * size + 1)
+        for i, region in enumerate(("us-east", "eu-west"))
+    ]  # fmt: skip
+    regional = summarize(SimRun(make_config(policy="meridian"), records, end_s=5.0))
+    single = summarize(SimRun(make_config(policy="least_load"), records, end_s=5.0))
+    assert regional.bound_hit_rate == single.bound_hit_rate > 0  # the pooled fleet hits
+    assert regional.bound_reachable == 0.0  # eu-west's balancer never saw us-east's copy
+    assert regional.hit_of_reachable is None
+    assert single.bound_reachable == single.bound_hit_rate  # one balancer owns it all

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from sim.des.oracle import (
+    BalancerPool,
     CacheUse,
     hit_rate_bounds,
     max_hit_blocks,
@@ -86,3 +87,15 @@ def test_bounds_as_rates_and_the_share_of_the_bound() -> None:
     assert share_of_bound(bounds.pooled / 2, bounds.pooled) == 0.5
     assert share_of_bound(0.0, 0.0) is None
     assert hit_rate_bounds([], 0, block_size=16, capacity_blocks=3).pooled == 0.0
+
+
+def test_the_reachable_bound_keeps_each_balancers_reuse_to_itself() -> None:
+    east = [use(0.0, (1, 2)), use(2.0, (1, 2))]
+    west = [use(1.0, (1, 2)), use(3.0, (5, 6))]
+    everything = sorted([*east, *west], key=lambda u: u.sent_at)
+    split = [BalancerPool(east, 4), BalancerPool(west, 4)]
+    bounds = hit_rate_bounds(everything, 128, block_size=16, capacity_blocks=8, balancers=split)
+    assert bounds.pooled == 4 * 16 / 128  # west's first (1, 2) hits east's copy
+    assert bounds.reachable == 2 * 16 / 128  # only east's own repeat
+    one = hit_rate_bounds(everything, 128, block_size=16, capacity_blocks=8)
+    assert one.reachable == one.pooled  # one balancer owning the fleet

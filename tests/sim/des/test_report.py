@@ -34,7 +34,17 @@ def test_the_table_has_one_row_per_run_ranked_by_goodput(
 ) -> None:
     results = summaries(make_config)
     lines = format_table(results).splitlines()
-    for column in ("goodput", "SLO %", "rej", "drop", "TTFT p50", "hit %", "hit/bound", "fwd %"):
+    for column in (
+        "goodput",
+        "SLO %",
+        "rej",
+        "drop",
+        "TTFT p50",
+        "hit %",
+        "hit/bound",
+        "hit/reach",
+        "fwd %",
+    ):
         assert column in lines[0]
     rows = [line.split()[0] for line in lines[1:3]]
     best_first = sorted(results, key=lambda s: -s.goodput_rps)
