@@ -4,16 +4,17 @@
   region; region *i* is seeded ``seed + 7919·i`` so regions do not replay the
   same conversations (region 0 uses ``seed`` itself, as ``manage.py replay``).
   A trace file (``sharegpt:``, ``mooncake:``, ``azure:``) is dealt instead over
-  the *n* regions that send: the *i*-th runs programs *k* with *k mod n = i*, so
-  each recorded conversation is one user's, in one region.  Replaying the whole
-  file in every region would have three users send identical conversations, and
-  the oracle bounds would count that copy as reuse across regions.
+  the *n* regions that send, by session as below, so each recorded conversation
+  is one user's, in one region.  Replaying the whole file in every region would
+  have three users send identical conversations, and the oracle bounds would
+  count that copy as reuse across regions.
 * ``--rate us-east=2,...``: open-loop Poisson arrivals per region (programs chosen
   as for ``--clients``).
 * neither: the workload must be a timed trace.  A ServeGen trace is replayed in
   every region, time-shifted by ``i · 24 h / regions`` so each region's diurnal
   peak falls at a different hour; any other trace is dealt round-robin across
-  regions (program *k* to region *k mod n*).
+  regions by session (the *k*-th session to start goes to region *k mod n*, and
+  its later requests follow it: a Mooncake conversation's turns stay together).
 
 A ``+`` between workload specs mixes them program by program, e.g. SkyLB's
 "mixed ToT" (Figure 8d) is ``tot:branching=2+tot:branching=4``; session keys are
@@ -57,7 +58,20 @@ class MixedWorkload:
 
 
 def _dealt(programs: Iterator[Program], index: int, count: int) -> Iterator[Program]:
-    return (p for k, p in enumerate(programs) if k % count == index)
+    """Region ``index`` of ``count``'s programs: sessions dealt in turn as they start
+    (a program without a session key is one of its own), later programs following
+    their session's first, so one user's conversation stays in one region."""
+    regions: dict[str, int] = {}
+    started = 0
+    for program in programs:
+        key = program.session_key
+        region = regions.get(key) if key else None
+        if region is None:
+            region, started = started % count, started + 1
+            if key:
+                regions[key] = region
+        if region == index:
+            yield program
 
 
 class DealtWorkload:

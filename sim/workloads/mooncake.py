@@ -11,6 +11,17 @@ blocks cover, the rest is filler unique to that line.
 
 Requests go to ``/v1/completions`` with ``max_tokens=output_length`` and
 ``ignore_eos`` so the replica generates exactly the recorded length.
+
+The trace has no user ids, but its multi-turn conversations show: a next turn
+is a longer prompt that starts with every full block of an earlier request
+(its prompt, then the reply and a new question).  Such a request takes the
+earlier one's session key (``mooncake-<n>``, conversations numbered as they
+start), so a replayer can keep a conversation with one user, in one region.
+Requests that share a prefix without growing it (another question on the same
+document, a prompt that diverges) start sessions of their own: they may be
+anyone's.  In the shared synthetic trace, 758 of 3,993 requests continue an
+earlier one (3,235 conversations); 1,024 more share a leading block with an
+earlier request without continuing it.
 """
 
 from __future__ import annotations
@@ -63,6 +74,34 @@ def mooncake_prompt(hash_ids: Sequence[int], input_length: int, line: int) -> st
     return "".join(parts)
 
 
+class Conversations:
+    """Which conversation each request belongs to, by the prefix it continues."""
+
+    def __init__(self) -> None:
+        # An earlier request's full blocks -> (its session, its input length).
+        self._turns: dict[tuple[int, ...], tuple[int, int]] = {}
+        self._depths: set[int] = set()
+        self.started = 0
+
+    def session(self, hash_ids: Sequence[int], input_length: int) -> int:
+        """The session of the latest request this one continues, else a new one."""
+        session = self._continued(hash_ids, input_length)
+        if session is None:
+            session, self.started = self.started, self.started + 1
+        full = min(input_length // MOONCAKE_BLOCK_TOKENS, len(hash_ids))
+        if full:
+            self._turns[tuple(hash_ids[:full])] = (session, input_length)
+            self._depths.add(full)
+        return session
+
+    def _continued(self, hash_ids: Sequence[int], input_length: int) -> int | None:
+        for depth in sorted((d for d in self._depths if d <= len(hash_ids)), reverse=True):
+            earlier = self._turns.get(tuple(hash_ids[:depth]))
+            if earlier is not None and earlier[1] < input_length:
+                return earlier[0]
+        return None
+
+
 class MooncakeTrace:
     """Programs from a Mooncake JSONL file: one single-request program per line."""
 
@@ -73,10 +112,13 @@ class MooncakeTrace:
         self.path = Path(path)
 
     def programs(self) -> Iterator[Program]:
+        conversations = Conversations()
         for index, (line, raw) in enumerate(jsonl_records(self.path)):
-            yield self._program(index, line, require_object(self.path, line, raw))
+            yield self._program(index, line, require_object(self.path, line, raw), conversations)
 
-    def _program(self, index: int, line: int, record: dict[str, Any]) -> Program:
+    def _program(
+        self, index: int, line: int, record: dict[str, Any], conversations: Conversations
+    ) -> Program:
         timestamp = record.get("timestamp")
         if isinstance(timestamp, bool) or not isinstance(timestamp, int | float) or timestamp < 0:
             raise TraceFormatError(
@@ -96,4 +138,10 @@ class MooncakeTrace:
             max_tokens=max(1, output_length),
             ignore_eos=True,
         )
-        return Program(program_id=index, session_key="", steps=(step,), start=timestamp / 1000)
+        session = conversations.session(hash_ids, input_length)
+        return Program(
+            program_id=index,
+            session_key=f"mooncake-{session}",
+            steps=(step,),
+            start=timestamp / 1000,
+        )

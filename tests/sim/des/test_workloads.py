@@ -68,6 +68,24 @@ def test_a_trace_is_dealt_across_regions(
     assert [p.start for p in west.programs] == [0.1, 0.3, 0.5]
 
 
+def test_a_traced_conversation_stays_in_the_region_of_its_first_turn(
+    make_config: Callable[..., SimConfig], tmp_path: Path
+) -> None:
+    trace = tmp_path / "m.jsonl"
+    rows = [
+        {"timestamp": 0, "input_length": 600, "output_length": 2, "hash_ids": [1, 2]},
+        {"timestamp": 100, "input_length": 600, "output_length": 2, "hash_ids": [5, 6]},
+        {"timestamp": 200, "input_length": 1200, "output_length": 2, "hash_ids": [1, 2, 3]},
+        {"timestamp": 300, "input_length": 600, "output_length": 2, "hash_ids": [7, 8]},
+    ]
+    trace.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    config = make_config(workload=f"mooncake:{trace}", clients={})
+    east, west = region_arrivals(config, 0), region_arrivals(config, 1)
+    assert east.programs is not None and west.programs is not None
+    assert [p.start for p in east.programs] == [0.0, 0.2, 0.3]  # the second turn follows
+    assert [p.start for p in west.programs] == [0.1]
+
+
 def _sharegpt_file(tmp_path: Path, count: int) -> Path:
     trace = tmp_path / "s.jsonl"
     rows = (

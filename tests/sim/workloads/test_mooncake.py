@@ -69,6 +69,26 @@ def test_shared_hash_ids_give_a_shared_token_prefix(
     assert shared == [True] * 32 + [False] * 32
 
 
+def test_a_turn_that_grows_an_earlier_prompt_continues_its_conversation(
+    trace_file: TraceFile,
+) -> None:
+    path = trace_file(
+        "trace.jsonl",
+        jsonl(
+            {"timestamp": 0, "input_length": 1100, "output_length": 9, "hash_ids": [1, 2, 3]},
+            # The next turn: both full blocks of the first, then its reply and a question.
+            {"timestamp": 5, "input_length": 1800, "output_length": 9, "hash_ids": [1, 2, 7, 8]},
+            # The same document asked again, not longer: anyone's, a session of its own.
+            {"timestamp": 6, "input_length": 1100, "output_length": 9, "hash_ids": [1, 2, 4]},
+            # A third turn of the first conversation, continuing the second request.
+            {"timestamp": 9, "input_length": 2100, "output_length": 9, "hash_ids": [1, 2, 7, 8, 5]},
+            {"timestamp": 9, "input_length": 600, "output_length": 9, "hash_ids": [6, 2]},
+        ),
+    )
+    keys = [p.session_key for p in MooncakeTrace(path).programs()]
+    assert keys == ["mooncake-0", "mooncake-0", "mooncake-1", "mooncake-0", "mooncake-2"]
+
+
 @pytest.mark.parametrize(
     ("line", "message"),
     [
