@@ -106,14 +106,10 @@ option again, so affinity delays a cold placement by at most that long.
 
 Peer ``g``: priced with the same terms as a replica, seen from here:
 
-* its time to first token, ``rtt(g) + estimate(g) + step_s + U(g) * p``:
+* its time to first token, ``rtt(g) + estimate(g) + step_s + prompt * p``:
   ``rtt(g)`` is the configured round trip, ``estimate(g)`` the seconds that
-  region reports for itself in its availability heartbeat, and ``U(g)`` the
-  prompt less what this region forwarded to ``g`` before (SkyLB's regional
-  snapshot, ``routing.core.peer_snapshot``: this region cannot see the peer's
-  caches, only what it sent there).  Pricing every token as uncached made a
-  peer that holds a 15k-token prefix look 0.6 s (H100) or 8 s (L4) dearer
-  than it is, so a prefix forwarded once was never followed there;
+  region reports for itself in its availability heartbeat, and every prompt
+  token counts as uncached (this region cannot see the peer's caches);
 * its harm, ``harm_weight * prompt * p * D``: the peer's decoding requests are
   not reported, so ``D`` is the mean over this region's replicas (regions
   serve one model on one fleet shape);
@@ -152,7 +148,6 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter
 
-from routing.core.peer_snapshot import PeerSnapshot
 from routing.core.policy import Choice, Option, PolicyBase, load_key
 from routing.core.radix_tree import RadixTree
 from routing.core.types import RequestDescriptor, TargetState
@@ -247,9 +242,6 @@ class MeridianPolicy(PolicyBase):
         self._by_floor: list[tuple[float, str]] = []
         self._floor_key: dict[str, tuple[float, str]] = {}
         self._least_rate = self.config.prefill_s_per_token
-        self.peer_snapshot = PeerSnapshot(
-            self.config.max_blocks_per_target, self.config.block_tokens
-        )
 
     # -- the Policy interface -----------------------------------------------------------
 
@@ -327,8 +319,6 @@ class MeridianPolicy(PolicyBase):
         if best.option is Option.REPLICA and best.target is not None:
             tokens = uncached.get(best.target.target_id, request.prompt_tokens)
             self._record(request, best.target, tokens)
-        elif best.option is Option.PEER and best.target is not None:
-            self.peer_snapshot.record(request.block_hashes, best.target.target_id)
         return best
 
     def _with_affinity(
@@ -567,23 +557,14 @@ class MeridianPolicy(PolicyBase):
         lost = 0.0
         if home_uncached is not None:
             lost = self.reuse * (home_uncached + self.predicted_output(request)) * per_token
-        held = self._held_by_peers(request, peers)
 
         def cost(peer: TargetState) -> float:
             rtt_ms = peer.extra.get("rtt_ms", math.inf)
             rtt = rtt_ms / 1000.0 if math.isfinite(rtt_ms) else math.inf
-            saved = held.get(peer.target_id, 0) * per_token
-            return rtt + peer.extra.get("estimate_s", 0.0) + here - saved + lost
+            return rtt + peer.extra.get("estimate_s", 0.0) + here + lost
 
         best = min(peers, key=lambda p: (cost(p), p.target_id))
         return Choice(Option.PEER, best, cost(best))
-
-    def _held_by_peers(
-        self, request: RequestDescriptor, peers: Sequence[TargetState]
-    ) -> dict[str, int]:
-        """Prompt tokens each peer probably caches: what this region forwarded there."""
-        ids = {peer.target_id for peer in peers}
-        return self.peer_snapshot.cached_tokens(request.block_hashes, request.prompt_tokens, ids)
 
     def _mean_decoding(self) -> float:
         return self.decoding_total / len(self.replicas) if self.replicas else 0.0
