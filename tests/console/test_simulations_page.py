@@ -25,6 +25,8 @@ def test_the_last_simulations_are_listed_with_their_numbers_and_reports(
     html = staff.get("/console/simulations").content.decode()
     assert html.count('class="card simulation"') == 1
     assert "<td>least_load</td>" in html and "<td>skylb</td>" in html
+    # Both bounds, side by side: the pooled fleet and what the deployment reaches alone.
+    assert "<th>hit / bound</th><th>hit / reach</th>" in html
     (report,) = (var_dir / "simulations").glob("*.html")
     page = staff.get(f"/console/simulations/{report.name}")
     assert page.status_code == 200 and page["Content-Type"].startswith("text/html")
