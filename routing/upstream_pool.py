@@ -22,6 +22,11 @@ Semantics the dispatcher relies on:
   the disconnect and aborts the generation, as with httpx;
 * reading pauses the socket once ``HIGH_WATER`` bytes wait unread, so a slow
   client never makes the balancer buffer a whole stream;
+* ``UpstreamResponse.stream_to`` hands the rest of a body to a ``BodySink`` from the
+  parser's own callbacks instead: no future or task step per read, for a relay
+  that writes each read straight to its client (``routing.upstream``); the
+  read timeout still bounds each silence, and the sink pauses reading while its
+  client cannot take more;
 * at most ``MAX_CONNECTING_PER_ORIGIN`` connections are being opened to one
   origin at a time.  A burst on a cold pool queues for its turn, and a queued
   request takes a connection that another one gave back in the meantime; the
@@ -36,7 +41,7 @@ import ssl
 import weakref
 from collections import deque
 from collections.abc import AsyncIterator, Mapping
-from typing import cast
+from typing import Protocol, cast
 from urllib.parse import urlsplit
 
 import httptools
@@ -52,6 +57,18 @@ Origin = tuple[str, int, bool]  # host, port, TLS
 
 class UpstreamError(Exception):
     """A network or protocol failure talking to an upstream."""
+
+
+class BodySink(Protocol):
+    """Takes a response body as the connection reads it (``UpstreamResponse.stream_to``)."""
+
+    def body(self, data: bytes) -> None:
+        """Bytes of the body, as one read brought them."""
+
+    def end(self, error: BaseException | None, rest: bytes) -> None:
+        """The body is complete (``error`` None) or failed; ``rest`` is what the last
+        read brought (maybe nothing), not given to ``body``.  Called once, and nothing
+        after it."""
 
 
 class _Connection(asyncio.Protocol):
@@ -81,6 +98,8 @@ class _Connection(asyncio.Protocol):
         self.paused = False
         self.error: BaseException | None = None
         self.waiter: asyncio.Future[None] | None = None
+        self.sink: BodySink | None = None
+        self.sink_paused = False
 
     # -- asyncio.Protocol -----------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -94,6 +113,8 @@ class _Connection(asyncio.Protocol):
             self.parser.feed_data(data)
         except httptools.HttpParserError as exc:
             self._fail(UpstreamError(f"malformed response: {exc}"))
+        if self.sink is not None:
+            self._feed_sink()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.lost = True
@@ -162,7 +183,8 @@ class _Connection(asyncio.Protocol):
         self.buffered = 0
         if self.paused and self.transport is not None:
             self.paused = False
-            self.transport.resume_reading()
+            if not self.sink_paused:  # else the sink's client resumes it
+                self.transport.resume_reading()
         return data
 
     def reusable(self) -> bool:
@@ -182,17 +204,94 @@ class _Connection(asyncio.Protocol):
 
     def _fail(self, error: BaseException) -> None:
         self.error = error
+        sink = self.sink
+        if sink is not None:
+            self.sink = None
+            sink.end(error, self.take() if self.chunks else b"")
         if self.waiter is not None and not self.waiter.done():
             self.waiter.set_exception(error)
 
+    def stream_to(self, sink: BodySink, timeout: float) -> None:
+        """The rest of the body to ``sink``: what is buffered now, then each read (once
+        the sink's client takes more, if it was paused before)."""
+        self.sink = sink
+        self._timeout = timeout
+        if self.error is not None:
+            self._fail(self.error)
+        elif not self.sink_paused:
+            self._feed_sink()
+            if self.sink is not None:
+                self._watch_sink()
+
+    def _feed_sink(self) -> None:
+        """What one read brought, as one piece however many chunks framed it (the
+        client then gets one write per read), and the end if the body is complete."""
+        sink = self.sink
+        assert sink is not None
+        data = self.take() if self.chunks else b""
+        if self.complete:
+            self.sink = None
+            sink.end(None, data)  # with the end: the client's last write ends its body too
+        elif data:
+            self._waiting_since = self.loop.time()  # what the read timeout measures from
+            sink.body(data)
+
+    def pause_sink(self) -> None:
+        """Stop reading while the sink's client cannot take more; no timeout meanwhile."""
+        if not self.sink_paused and not self.lost:
+            self.sink_paused = True
+            if self.transport is not None:
+                self.transport.pause_reading()
+
+    def resume_sink(self) -> None:
+        if not self.sink_paused:
+            return
+        self.sink_paused = False
+        if self.transport is not None and not self.lost and not self.paused:
+            self.transport.resume_reading()
+        if self.sink is not None:
+            if self.chunks or self.complete:
+                self._feed_sink()
+            if self.sink is not None:
+                self._watch_sink()
+
+    def detach_sink(self) -> None:
+        """No more callbacks to the sink, and reading as usual again (a paused sink
+        whose body completed would otherwise leave a reused connection deaf)."""
+        self.sink = None
+        if self.sink_paused:
+            self.sink_paused = False
+            if self.transport is not None and not self.lost:
+                self.transport.resume_reading()
+
+    def _watch_sink(self) -> None:
+        self._waiting_since = now = self.loop.time()
+        timer = self._timer
+        if timer is None or timer.when() > now + self._timeout:
+            if timer is not None:
+                timer.cancel()
+            self._timer = self.loop.call_at(now + self._timeout, self._check_timeout)
+
     def _check_timeout(self) -> None:
         self._timer = None
+        if self.sink is not None:
+            self._check_sink_timeout()
+            return
         waiter = self.waiter
         if waiter is None or waiter.done():
             return  # not waiting now: the next wait arms the timer again
         waited = self.loop.time() - self._waiting_since
         if waited >= self._timeout:
             waiter.set_exception(UpstreamError("read timed out"))
+        else:
+            self._timer = self.loop.call_later(self._timeout - waited, self._check_timeout)
+
+    def _check_sink_timeout(self) -> None:
+        if self.sink_paused:
+            return  # the client holds the stream back, not the upstream: resuming re-arms
+        waited = self.loop.time() - self._waiting_since
+        if waited >= self._timeout:
+            self._fail(UpstreamError("read timed out"))
         else:
             self._timer = self.loop.call_later(self._timeout - waited, self._check_timeout)
 
@@ -217,6 +316,19 @@ class UpstreamResponse:
                 await conn.wait(timeout)
         self._release()
 
+    def stream_to(self, sink: BodySink) -> None:
+        """Hand the rest of the body to ``sink`` from the connection's callbacks (what
+        is buffered at once); the connection goes back to the pool on ``aclose``, which
+        detaches the sink.  Instead of ``aiter_raw``, never besides it."""
+        self._conn.stream_to(sink, self._pool.read_timeout_s)
+
+    def pause_reading(self) -> None:
+        """While streaming to a sink: stop reading (the sink's client is slow)."""
+        self._conn.pause_sink()
+
+    def resume_reading(self) -> None:
+        self._conn.resume_sink()
+
     async def aread(self) -> bytes:
         return b"".join([chunk async for chunk in self.aiter_raw()])
 
@@ -227,6 +339,7 @@ class UpstreamResponse:
         if self._released:
             return
         self._released = True
+        self._conn.detach_sink()
         self._pool.release(self._origin, self._conn)
 
 
