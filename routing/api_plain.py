@@ -167,11 +167,16 @@ async def _send(response: ProxyResponse, send: Send, direct: BodyWriter | None =
         await send({"type": "http.response.body", "body": response.body})
         return
     chunks = aiter(stream)
+    start = {"type": "http.response.start", "status": response.status, "headers": headers}
     try:
-        await send({"type": "http.response.start", "status": response.status, "headers": headers})
-        if isinstance(stream, RelayStream) and direct is not None and direct.usable():
-            await stream.relay_to(direct)  # which ends the response as well
-            return
+        if isinstance(stream, RelayStream) and direct is not None:
+            await direct.start(send, start)
+            if direct.usable():
+                await stream.relay_to(direct)  # which ends the response as well
+                return
+            direct.release()  # not a chunked body after all: the head goes out now
+        else:
+            await send(start)
         async for chunk in chunks:
             await send({"type": "http.response.body", "body": chunk, "more_body": True})
         await send({"type": "http.response.body", "body": b""})

@@ -25,16 +25,23 @@ DIRECT_BODY = "meridian.direct_body"
 class BodyWriter(Protocol):
     """Writes a started, chunked response's body to the client without ASGI messages.
 
-    A relay writes each upstream read with ``write`` from the upstream connection's
-    own callbacks and ends the response with ``finish`` (no ASGI message after it).
+    A relay starts the response with ``start``, writes each upstream read with
+    ``write`` from the upstream connection's own callbacks and ends the response with
+    ``finish`` (no ASGI message after it).
     """
+
+    async def start(self, send: Send, message: Message) -> None:
+        """Send ``http.response.start`` through ``send``, the head it writes held back
+        to go out with the body's first bytes (or at ``release``)."""
+        ...
 
     def usable(self) -> bool:
         """Whether the response was started chunked and the client is still there."""
         ...
 
     def write(self, data: bytes) -> None:
-        """One chunk of the body (dropped once the client is gone)."""
+        """One chunk of the body (dropped once the client is gone); with no bytes,
+        only the head still held, if it is."""
         ...
 
     def finish(self, data: bytes) -> None:
@@ -47,5 +54,5 @@ class BodyWriter(Protocol):
         ...
 
     def release(self) -> None:
-        """No more writes and no more calls of the ``hold`` callbacks."""
+        """No more calls of the ``hold`` callbacks; a head still held is written."""
         ...

@@ -39,7 +39,7 @@ from typing import Any
 from django.conf import settings
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
-from routing.asgi_types import DIRECT_BODY
+from routing.asgi_types import DIRECT_BODY, Message, Send
 from routing.core import errors
 
 
@@ -69,17 +69,46 @@ def _ignore() -> None:
     pass
 
 
+class _HeldWrites:
+    """Stands in for the transport while uvicorn writes a response head: keeps it."""
+
+    __slots__ = ("_transport", "data")
+
+    def __init__(self, transport: asyncio.Transport) -> None:
+        self._transport = transport
+        self.data = b""
+
+    def write(self, data: bytes) -> None:
+        self.data += data
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transport, name)
+
+
 class DirectBody:
     """One request's ``BodyWriter``: its response body written to the transport here."""
 
-    __slots__ = ("_cycle", "_pause", "_protocol", "_resume", "_transport")
+    __slots__ = ("_cycle", "_head", "_pause", "_protocol", "_resume", "_transport")
 
     def __init__(self, protocol: GuardedHttpToolsProtocol, cycle: RequestResponseCycle) -> None:
         self._protocol = protocol
         self._cycle = cycle
         self._transport = cycle.transport
+        self._head = b""  # the response head, until the body's first write takes it
         self._pause: Callable[[], None] = _ignore
         self._resume: Callable[[], None] = _ignore
+
+    async def start(self, send: Send, message: Message) -> None:
+        # uvicorn builds and writes the head (its default headers, checks, framing
+        # choice); it goes out with the first chunk, one write and one packet fewer.
+        cycle = self._cycle
+        held = _HeldWrites(self._transport)
+        cycle.transport = held  # type: ignore[assignment]
+        try:
+            await send(message)
+        finally:
+            cycle.transport = self._transport
+        self._head = held.data
 
     def usable(self) -> bool:
         cycle = self._cycle
@@ -91,8 +120,13 @@ class DirectBody:
         )
 
     def write(self, data: bytes) -> None:
-        if not self._cycle.disconnected:
-            self._transport.write(b"%x\r\n%b\r\n" % (len(data), data))
+        if self._cycle.disconnected:
+            return
+        framed = b"%x\r\n%b\r\n" % (len(data), data) if data else b""
+        if self._head:
+            framed, self._head = self._head + framed, b""
+        if framed:
+            self._transport.write(framed)
 
     def finish(self, data: bytes) -> None:
         # What uvicorn's ``RequestResponseCycle.send`` does with a last body message,
@@ -100,10 +134,9 @@ class DirectBody:
         cycle = self._cycle
         if cycle.disconnected or cycle.response_complete:
             return
-        if data:
-            self._transport.write(b"%x\r\n%b\r\n0\r\n\r\n" % (len(data), data))
-        else:
-            self._transport.write(b"0\r\n\r\n")
+        last = b"%x\r\n%b\r\n0\r\n\r\n" % (len(data), data) if data else b"0\r\n\r\n"
+        self._transport.write(self._head + last)
+        self._head = b""
         cycle.response_complete = True
         cycle.message_event.set()
         if not cycle.keep_alive:
@@ -120,6 +153,9 @@ class DirectBody:
         self._pause = self._resume = _ignore
         if self._protocol.direct is self:
             self._protocol.direct = None
+        if self._head and not self._cycle.disconnected:
+            self._transport.write(self._head)
+        self._head = b""
 
     def paused(self) -> None:
         self._pause()

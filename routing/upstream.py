@@ -236,9 +236,7 @@ class RelayStream:
         ended = asyncio.get_running_loop().create_future()
         try:
             await _close_iterator(opened.chunks)  # the callbacks read on instead
-            data = self._filter(opened.first_chunk)
-            if data:
-                out.write(data)
+            out.write(self._filter(opened.first_chunk))  # with the head, even if empty
             out.hold(opened.response.pause_reading, opened.response.resume_reading)
             opened.response.stream_to(_Sink(self._filter, out.write, ended))
             error, rest = await ended

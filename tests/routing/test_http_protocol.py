@@ -150,17 +150,16 @@ async def test_a_well_behaved_request_is_answered_then_idles_out(served: Served)
 
 @dataclass
 class DirectApp:
-    """Streams through the scope's ``DirectBody``: one part, then the last with the end
-    once ``go_on`` is set; records the pauses and resumes its relay was told of."""
+    """Streams through the scope's ``DirectBody``: the head with one part, then the last
+    with the end once ``go_on`` is set; records the pauses and resumes it was told of."""
 
     events: list[str] = field(default_factory=list)
     go_on: asyncio.Event = field(default_factory=asyncio.Event)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await receive()
-        start = {"type": "http.response.start", "status": 200, "headers": []}
-        await send(start)
         direct = scope["extensions"][DIRECT_BODY]
+        await direct.start(send, {"type": "http.response.start", "status": 200, "headers": []})
         assert direct.usable()
         direct.hold(lambda: self.events.append("pause"), lambda: self.events.append("resume"))
         direct.write(b"one")

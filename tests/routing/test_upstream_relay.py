@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator, Callable
 
 import pytest
 
+from routing.asgi_types import Message, Send
 from routing.core.leases import InflightLedger
 from routing.core.sse import SseRelay
 from routing.core.types import TargetState
@@ -199,11 +200,15 @@ class Client:
         self.full = full
         self._resume: Callable[[], None] | None = None
 
+    async def start(self, send: Send, message: Message) -> None:
+        await send(message)
+
     def usable(self) -> bool:
         return not self.ends
 
     def write(self, data: bytes) -> None:
-        self.writes.append(data)
+        if data:  # nothing to send but a head (which this client has no use for)
+            self.writes.append(data)
 
     def finish(self, data: bytes) -> None:
         self.ends.append(data)
