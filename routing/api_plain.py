@@ -3,8 +3,11 @@
 ``PlainApi`` serves ``POST`` to every ``Endpoint`` path itself: headers from the
 scope, the body read under the API's limit, the view's own work
 (``routing.views.completions.handle``: plain values in, a ``ProxyResponse`` out) and
-the answer sent as ``http.response.start`` and ``http.response.body`` messages, a
-stream one message per relayed chunk.  No ``HttpRequest``, URL resolution or Django
+the answer sent as ``http.response.start`` and ``http.response.body`` messages.  A
+relayed stream is written straight to the client's connection when the server offers
+that (``routing.asgi_types.DIRECT_BODY``, the balancer's uvicorn protocol), one write
+per upstream read from the upstream connection's callbacks; elsewhere it is one
+message per relayed chunk.  No ``HttpRequest``, URL resolution or Django
 response stands between the client and the relay; the profile of ``manage.py bench
 proxy`` showed them as a large part of a proxied request's CPU time
 (docs/performance.md).  Every other path (the catalogue, unknown ``/v1`` paths, and
@@ -26,7 +29,7 @@ import contextlib
 import logging
 from collections.abc import AsyncGenerator
 
-from routing.asgi_types import ASGIApp, Receive, Scope, Send
+from routing.asgi_types import DIRECT_BODY, ASGIApp, BodyWriter, Receive, Scope, Send
 from routing.calls import ROUTE_FORWARDED_IN, ROUTE_LOCAL, ApiRequest, Headers, ProxyResponse
 from routing.core import errors
 from routing.core.openai_request import Endpoint
@@ -70,7 +73,9 @@ class PlainApi:
             str(client[0]) if client else None,
             read if isinstance(read, bytes) else None,
         )
-        await _respond(request, endpoint, receive, send)
+        extensions = scope.get("extensions")
+        direct = extensions.get(DIRECT_BODY) if extensions else None
+        await _respond(request, endpoint, receive, send, direct)
 
 
 _GONE = object()
@@ -97,12 +102,18 @@ async def _read_body(receive: Receive, limit: int) -> bytes | object:
             return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
-async def _respond(request: ApiRequest, endpoint: Endpoint, receive: Receive, send: Send) -> None:
+async def _respond(
+    request: ApiRequest,
+    endpoint: Endpoint,
+    receive: Receive,
+    send: Send,
+    direct: BodyWriter | None = None,
+) -> None:
     """Answer and send, cancelling both if the client leaves first."""
 
     async def process() -> None:
         response = await _answer(request, endpoint)
-        await _send(response, send)
+        await _send(response, send, direct)
 
     listener = asyncio.create_task(_disconnected(receive))
     worker = asyncio.create_task(process())
@@ -143,7 +154,7 @@ def _count_internal_error(request: ApiRequest) -> None:
     )
 
 
-async def _send(response: ProxyResponse, send: Send) -> None:
+async def _send(response: ProxyResponse, send: Send, direct: BodyWriter | None = None) -> None:
     headers = [(b"content-type", response.content_type.encode("latin-1"))]
     headers += [
         (name.lower().encode("latin-1"), value.encode("latin-1"))
@@ -156,8 +167,16 @@ async def _send(response: ProxyResponse, send: Send) -> None:
         await send({"type": "http.response.body", "body": response.body})
         return
     chunks = aiter(stream)
+    start = {"type": "http.response.start", "status": response.status, "headers": headers}
     try:
-        await send({"type": "http.response.start", "status": response.status, "headers": headers})
+        if isinstance(stream, RelayStream) and direct is not None:
+            await direct.start(send, start)
+            if direct.usable():
+                await stream.relay_to(direct)  # which ends the response as well
+                return
+            direct.release()  # not a chunked body after all: the head goes out now
+        else:
+            await send(start)
         async for chunk in chunks:
             await send({"type": "http.response.body", "body": chunk, "more_body": True})
         await send({"type": "http.response.body", "body": b""})

@@ -19,19 +19,27 @@ business.  ``ops.stack.plan.balancer_argv`` passes this class to uvicorn's
 ``--http``.  (Under daphne, Twisted refuses headers past 16 KiB itself but has no
 header or body deadline shorter than its 12-hour idle timeout: serve balancers with
 uvicorn where clients are not trusted, or put a front proxy before daphne.)
+
+Each request's scope also offers a ``DirectBody`` (``routing.asgi_types.DIRECT_BODY``):
+the plain ``/v1`` path relays a stream's upstream reads through it straight to this
+connection's transport, chunk-framed as uvicorn frames a body, instead of one ASGI
+``send`` per read; the transport's pause and resume of writing reach the relay, so a
+slow client still holds the upstream back.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
 from django.conf import settings
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
+from routing.asgi_types import DIRECT_BODY, Message, Send
 from routing.core import errors
 
 
@@ -57,9 +65,110 @@ class _HeadersTooLarge(Exception):
     """Raised from a parser callback to stop parsing; answered 431."""
 
 
+def _ignore() -> None:
+    pass
+
+
+class _HeldWrites:
+    """Stands in for the transport while uvicorn writes a response head: keeps it."""
+
+    __slots__ = ("_transport", "data")
+
+    def __init__(self, transport: asyncio.Transport) -> None:
+        self._transport = transport
+        self.data = b""
+
+    def write(self, data: bytes) -> None:
+        self.data += data
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transport, name)
+
+
+class DirectBody:
+    """One request's ``BodyWriter``: its response body written to the transport here."""
+
+    __slots__ = ("_cycle", "_head", "_pause", "_protocol", "_resume", "_transport")
+
+    def __init__(self, protocol: GuardedHttpToolsProtocol, cycle: RequestResponseCycle) -> None:
+        self._protocol = protocol
+        self._cycle = cycle
+        self._transport = cycle.transport
+        self._head = b""  # the response head, until the body's first write takes it
+        self._pause: Callable[[], None] = _ignore
+        self._resume: Callable[[], None] = _ignore
+
+    async def start(self, send: Send, message: Message) -> None:
+        # uvicorn builds and writes the head (its default headers, checks, framing
+        # choice); it goes out with the first chunk, one write and one packet fewer.
+        cycle = self._cycle
+        held = _HeldWrites(self._transport)
+        cycle.transport = held  # type: ignore[assignment]
+        try:
+            await send(message)
+        finally:
+            cycle.transport = self._transport
+        self._head = held.data
+
+    def usable(self) -> bool:
+        cycle = self._cycle
+        return (
+            cycle.response_started
+            and cycle.chunked_encoding is True
+            and not cycle.response_complete
+            and not cycle.disconnected
+        )
+
+    def write(self, data: bytes) -> None:
+        if self._cycle.disconnected:
+            return
+        framed = b"%x\r\n%b\r\n" % (len(data), data) if data else b""
+        if self._head:
+            framed, self._head = self._head + framed, b""
+        if framed:
+            self._transport.write(framed)
+
+    def finish(self, data: bytes) -> None:
+        # What uvicorn's ``RequestResponseCycle.send`` does with a last body message,
+        # the last chunk and the terminating one in one write.
+        cycle = self._cycle
+        if cycle.disconnected or cycle.response_complete:
+            return
+        last = b"%x\r\n%b\r\n0\r\n\r\n" % (len(data), data) if data else b"0\r\n\r\n"
+        self._transport.write(self._head + last)
+        self._head = b""
+        cycle.response_complete = True
+        cycle.message_event.set()
+        if not cycle.keep_alive:
+            self._transport.close()
+        cycle.on_response()
+
+    def hold(self, pause: Callable[[], None], resume: Callable[[], None]) -> None:
+        self._pause, self._resume = pause, resume
+        self._protocol.direct = self
+        if self._protocol.flow.write_paused:
+            pause()
+
+    def release(self) -> None:
+        self._pause = self._resume = _ignore
+        if self._protocol.direct is self:
+            self._protocol.direct = None
+        if self._head and not self._cycle.disconnected:
+            self._transport.write(self._head)
+        self._head = b""
+
+    def paused(self) -> None:
+        self._pause()
+
+    def resumed(self) -> None:
+        self._resume()
+
+
 class GuardedHttpToolsProtocol(HttpToolsProtocol):
     # Set in connection_made / on_message_begin; None while no deadline runs.
     _deadline: asyncio.TimerHandle | None = None
+    # The body being written directly, if one is (``DirectBody.hold``).
+    direct: DirectBody | None = None
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -113,6 +222,10 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._reading_headers = False
         self._arm(self.limits.body_timeout_s, self._body_timed_out)
         super().on_headers_complete()
+        cycle = self.cycle
+        if cycle is not None and cycle.scope is self.scope:  # not an upgrade
+            extensions: dict[str, object] = self.scope.setdefault("extensions", {})  # type: ignore[assignment]
+            extensions[DIRECT_BODY] = DirectBody(self, cycle)
 
     def on_body(self, body: bytes) -> None:
         self._arm(self.limits.body_timeout_s, self._body_timed_out)
@@ -122,6 +235,16 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._disarm()
         self._start_headers()
         super().on_message_complete()
+
+    def pause_writing(self) -> None:
+        super().pause_writing()
+        if self.direct is not None:
+            self.direct.paused()
+
+    def resume_writing(self) -> None:
+        super().resume_writing()
+        if self.direct is not None:
+            self.direct.resumed()
 
     def send_400_response(self, msg: str) -> None:
         # uvicorn answers every parser error 400; a callback that refused knows better.

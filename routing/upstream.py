@@ -29,6 +29,7 @@ import weakref
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 
+from routing.asgi_types import BodyWriter
 from routing.core.dispatch import Failure
 from routing.core.sse import SseRelay
 from routing.upstream_pool import UpstreamError, UpstreamPool, UpstreamResponse
@@ -222,6 +223,40 @@ class RelayStream:
             self._finalizer.detach()
             await self._finisher.finish(outcome)
 
+    async def relay_to(self, out: BodyWriter) -> None:
+        """The stream written to ``out`` as ``__aiter__`` would yield it, but from the
+        upstream connection's read callbacks: one write per upstream read, no future,
+        task step or ASGI message per read, and the last read written with the end of
+        the body.  Reading pauses while ``out``'s client cannot take more.  Settles as
+        the iterator does, before the end is written; cancelled (the client left), it
+        settles as closed by the client and writes nothing more."""
+        outcome = OUTCOME_CLIENT_CLOSED
+        opened = self._opened
+        ended: asyncio.Future[tuple[BaseException | None, bytes]]
+        ended = asyncio.get_running_loop().create_future()
+        try:
+            await _close_iterator(opened.chunks)  # the callbacks read on instead
+            out.write(self._filter(opened.first_chunk))  # with the head, even if empty
+            out.hold(opened.response.pause_reading, opened.response.resume_reading)
+            opened.response.stream_to(_Sink(self._filter, out.write, ended))
+            error, rest = await ended
+            last = self._filter(rest) if rest else b""
+            if isinstance(error, UpstreamError):
+                outcome = OUTCOME_UPSTREAM_ERROR
+                logger.warning("upstream failed mid-stream: %s", _describe(error))
+                last += _error_event(f"the upstream failed mid-stream: {_describe(error)}")
+            elif error is not None:
+                raise error
+            else:
+                if self._sse is not None:
+                    last += self._sse.flush()
+                outcome = OUTCOME_OK
+        finally:
+            out.release()
+            self._finalizer.detach()
+            await self._finisher.finish(outcome)
+        out.finish(last)
+
     def _filter(self, chunk: bytes) -> bytes:
         return self._sse.feed(chunk) if self._sse is not None else chunk
 
@@ -230,6 +265,42 @@ class RelayStream:
         upstream); a no-op once the relay has ended and settled."""
         self._finalizer.detach()
         await self._finisher.finish(OUTCOME_CLIENT_CLOSED)
+
+
+class _Sink:
+    """The upstream connection's ``BodySink`` for ``RelayStream.relay_to``: each read
+    filtered and written on; the end (or an error, the filter's own included: it must
+    not escape into the parser's callback) resolves ``ended``."""
+
+    __slots__ = ("_ended", "_filter", "_write")
+
+    def __init__(
+        self,
+        filter_: Callable[[bytes], bytes],
+        write: Callable[[bytes], None],
+        ended: asyncio.Future[tuple[BaseException | None, bytes]],
+    ) -> None:
+        self._filter, self._write, self._ended = filter_, write, ended
+
+    def body(self, data: bytes) -> None:
+        if self._ended.done():
+            return
+        try:
+            data = self._filter(data)
+            if data:
+                self._write(data)
+        except Exception as exc:
+            self._ended.set_result((exc, b""))
+
+    def end(self, error: BaseException | None, rest: bytes) -> None:
+        if not self._ended.done():
+            self._ended.set_result((error, rest))
+
+
+async def _close_iterator(chunks: AsyncIterator[bytes]) -> None:
+    close = getattr(chunks, "aclose", None)
+    if close is not None:
+        await close()
 
 
 def _error_event(message: str) -> bytes:

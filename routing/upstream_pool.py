@@ -8,7 +8,8 @@ asks each socket whether it is readable (anyio's typed-attribute lookups and a
 of streams in flight.  Here each origin has a stack of idle connections: taking
 one and putting it back is O(1), and a connection the server closed is known
 from ``connection_lost`` instead of by polling its socket.  Responses are parsed
-by httptools (C), the parser uvicorn and the emulated replicas use.
+by httptools (C), the parser uvicorn and the emulated replicas use
+(``routing.upstream_connection``).
 
 Semantics the dispatcher relies on:
 
@@ -22,6 +23,11 @@ Semantics the dispatcher relies on:
   the disconnect and aborts the generation, as with httpx;
 * reading pauses the socket once ``HIGH_WATER`` bytes wait unread, so a slow
   client never makes the balancer buffer a whole stream;
+* ``UpstreamResponse.stream_to`` hands the rest of a body to a ``BodySink`` from the
+  parser's own callbacks instead: no future or task step per read, for a relay
+  that writes each read straight to its client (``routing.upstream``); the
+  read timeout still bounds each silence, and the sink pauses reading while its
+  client cannot take more;
 * at most ``MAX_CONNECTING_PER_ORIGIN`` connections are being opened to one
   origin at a time.  A burst on a cold pool queues for its turn, and a queued
   request takes a connection that another one gave back in the meantime; the
@@ -34,173 +40,25 @@ import asyncio
 import functools
 import ssl
 import weakref
-from collections import deque
 from collections.abc import AsyncIterator, Mapping
-from typing import cast
 from urllib.parse import urlsplit
 
-import httptools
 import httpx
 
-HIGH_WATER = 256 * 1024
-LOW_WATER = 64 * 1024
+from routing.upstream_connection import HIGH_WATER, BodySink, UpstreamConnection, UpstreamError
+
+__all__ = ["HIGH_WATER", "BodySink", "UpstreamError", "UpstreamPool", "UpstreamResponse"]
+
 MAX_IDLE_PER_ORIGIN = 256
 MAX_CONNECTING_PER_ORIGIN = 32
 
 Origin = tuple[str, int, bool]  # host, port, TLS
 
 
-class UpstreamError(Exception):
-    """A network or protocol failure talking to an upstream."""
-
-
-class _Connection(asyncio.Protocol):
-    """One HTTP/1.1 connection; one request at a time, fed by httptools callbacks."""
-
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self.loop = loop
-        self.transport: asyncio.Transport | None = None
-        self.parser = httptools.HttpResponseParser(self)
-        self.lost = False
-        self.reused = False
-        # The read timeout's one timer (see ``wait``) and what it checks.
-        self._timer: asyncio.TimerHandle | None = None
-        self._waiting_since = 0.0
-        self._timeout = 0.0
-        self._reset()
-
-    def _reset(self) -> None:
-        self.status = 0
-        self.keep_alive = False
-        self.headers: list[tuple[bytes, bytes]] = []
-        self.head_done = False
-        self.complete = False
-        self.received = False
-        self.chunks: deque[bytes] = deque()
-        self.buffered = 0
-        self.paused = False
-        self.error: BaseException | None = None
-        self.waiter: asyncio.Future[None] | None = None
-
-    # -- asyncio.Protocol -----------------------------------------------------------------
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        # A stream transport, but not necessarily an asyncio.Transport subclass: uvloop's
-        # TCPTransport is not one, and uvicorn runs on uvloop whenever it is installed.
-        self.transport = cast(asyncio.Transport, transport)
-
-    def data_received(self, data: bytes) -> None:
-        self.received = True
-        try:
-            self.parser.feed_data(data)
-        except httptools.HttpParserError as exc:
-            self._fail(UpstreamError(f"malformed response: {exc}"))
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.lost = True
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        if not self.complete:
-            reason = f"connection lost: {exc}" if exc else "server closed the connection"
-            self._fail(UpstreamError(reason))
-
-    # -- httptools callbacks ----------------------------------------------------------------
-    def on_header(self, name: bytes, value: bytes) -> None:
-        self.headers.append((name, value))
-
-    def on_headers_complete(self) -> None:
-        self.status = self.parser.get_status_code()
-        # Asked here: llhttp forgets the answer once the message is complete.
-        self.keep_alive = self.parser.should_keep_alive()
-        self.head_done = True
-        self._wake()
-
-    def on_body(self, body: bytes) -> None:
-        self.chunks.append(body)
-        self.buffered += len(body)
-        if self.buffered > HIGH_WATER and not self.paused and self.transport is not None:
-            self.paused = True
-            self.transport.pause_reading()
-        self._wake()
-
-    def on_message_complete(self) -> None:
-        self.complete = True
-        self._wake()
-
-    # -- the request/response side ----------------------------------------------------------
-    def send(self, data: bytes) -> None:
-        assert self.transport is not None
-        self._reset()
-        self.transport.write(data)
-
-    async def wait(self, timeout: float) -> None:
-        """Until the parser made progress (or failed, or ``timeout`` passed).
-
-        A stream waits once per relayed read, so no timer is armed and cancelled per
-        wait: one timer per connection, armed when none is (or when it would fire after
-        this wait's deadline), checks when it fires how long the wait in progress has
-        lasted and fails it at ``timeout``, or arms itself again for the rest
-        (``_check_timeout``)."""
-        if self.error is not None:
-            raise self.error
-        waiter = self.waiter = self.loop.create_future()
-        self._waiting_since = now = self.loop.time()
-        self._timeout = timeout
-        timer = self._timer
-        if timer is None or timer.when() > now + timeout:  # none, or too late for this wait
-            if timer is not None:
-                timer.cancel()
-            self._timer = self.loop.call_at(now + timeout, self._check_timeout)
-        try:
-            await waiter
-        finally:
-            self.waiter = None
-
-    def take(self) -> bytes:
-        data = b"".join(self.chunks) if len(self.chunks) > 1 else self.chunks[0]
-        self.chunks.clear()
-        self.buffered = 0
-        if self.paused and self.transport is not None:
-            self.paused = False
-            self.transport.resume_reading()
-        return data
-
-    def reusable(self) -> bool:
-        return self.complete and not self.lost and self.keep_alive
-
-    def close(self) -> None:
-        self.lost = True
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        if self.transport is not None:
-            self.transport.close()
-
-    def _wake(self) -> None:
-        if self.waiter is not None and not self.waiter.done():
-            self.waiter.set_result(None)
-
-    def _fail(self, error: BaseException) -> None:
-        self.error = error
-        if self.waiter is not None and not self.waiter.done():
-            self.waiter.set_exception(error)
-
-    def _check_timeout(self) -> None:
-        self._timer = None
-        waiter = self.waiter
-        if waiter is None or waiter.done():
-            return  # not waiting now: the next wait arms the timer again
-        waited = self.loop.time() - self._waiting_since
-        if waited >= self._timeout:
-            waiter.set_exception(UpstreamError("read timed out"))
-        else:
-            self._timer = self.loop.call_later(self._timeout - waited, self._check_timeout)
-
-
 class UpstreamResponse:
     """An upstream response whose head has arrived; the body streams from ``aiter_raw``."""
 
-    def __init__(self, pool: UpstreamPool, origin: Origin, conn: _Connection) -> None:
+    def __init__(self, pool: UpstreamPool, origin: Origin, conn: UpstreamConnection) -> None:
         self._pool, self._origin, self._conn = pool, origin, conn
         self.status_code = conn.status
         self.headers = httpx.Headers(conn.headers)
@@ -217,6 +75,19 @@ class UpstreamResponse:
                 await conn.wait(timeout)
         self._release()
 
+    def stream_to(self, sink: BodySink) -> None:
+        """Hand the rest of the body to ``sink`` from the connection's callbacks (what
+        is buffered at once); the connection goes back to the pool on ``aclose``, which
+        detaches the sink.  Instead of ``aiter_raw``, never besides it."""
+        self._conn.stream_to(sink, self._pool.read_timeout_s)
+
+    def pause_reading(self) -> None:
+        """While streaming to a sink: stop reading (the sink's client is slow)."""
+        self._conn.pause_sink()
+
+    def resume_reading(self) -> None:
+        self._conn.resume_sink()
+
     async def aread(self) -> bytes:
         return b"".join([chunk async for chunk in self.aiter_raw()])
 
@@ -227,6 +98,7 @@ class UpstreamResponse:
         if self._released:
             return
         self._released = True
+        self._conn.detach_sink()
         self._pool.release(self._origin, self._conn)
 
 
@@ -236,12 +108,12 @@ class UpstreamPool:
     def __init__(self, *, connect_timeout_s: float, read_timeout_s: float) -> None:
         self.connect_timeout_s = connect_timeout_s
         self.read_timeout_s = read_timeout_s
-        self._idle: dict[Origin, list[_Connection]] = {}
+        self._idle: dict[Origin, list[UpstreamConnection]] = {}
         self._closed = False
         self._tls: ssl.SSLContext | None = None  # made on the first https:// upstream
         self._warming: set[Origin] = set()
         # Every connection opened, busy or idle (weak: a closed one just goes away).
-        self._opened: dict[Origin, weakref.WeakSet[_Connection]] = {}
+        self._opened: dict[Origin, weakref.WeakSet[UpstreamConnection]] = {}
         # Connects under way per origin are bounded; the rest queue (see the docstring).
         self._connecting: dict[Origin, asyncio.Semaphore] = {}
 
@@ -257,7 +129,9 @@ class UpstreamPool:
         # The server closed the idle connection as we reused it: it saw nothing.
         return await self._exchange(origin, await self._connect(origin), head + body)
 
-    async def _exchange(self, origin: Origin, conn: _Connection, data: bytes) -> UpstreamResponse:
+    async def _exchange(
+        self, origin: Origin, conn: UpstreamConnection, data: bytes
+    ) -> UpstreamResponse:
         try:
             conn.send(data)
             while not conn.head_done:
@@ -267,7 +141,7 @@ class UpstreamPool:
             raise
         return UpstreamResponse(self, origin, conn)
 
-    def _checkout(self, origin: Origin) -> _Connection | None:
+    def _checkout(self, origin: Origin) -> UpstreamConnection | None:
         idle = self._idle.get(origin)
         while idle:
             conn = idle.pop()  # the most recently used: the least likely to have timed out
@@ -276,7 +150,7 @@ class UpstreamPool:
                 return conn
         return None
 
-    async def _connect_queued(self, origin: Origin) -> _Connection:
+    async def _connect_queued(self, origin: Origin) -> UpstreamConnection:
         """A connection for a request: queued behind the connects under way, and an
         idle one if a request gave one back while this one waited."""
         async with self._gate(origin):
@@ -288,11 +162,11 @@ class UpstreamPool:
             gate = self._connecting[origin] = asyncio.Semaphore(MAX_CONNECTING_PER_ORIGIN)
         return gate
 
-    async def _connect(self, origin: Origin) -> _Connection:
+    async def _connect(self, origin: Origin) -> UpstreamConnection:
         async with self._gate(origin):
             return await self._open(origin)
 
-    async def _open(self, origin: Origin) -> _Connection:
+    async def _open(self, origin: Origin) -> UpstreamConnection:
         loop = asyncio.get_running_loop()
         host, port, tls = origin
         if tls and self._tls is None:
@@ -300,7 +174,7 @@ class UpstreamPool:
         try:
             _, conn = await asyncio.wait_for(
                 loop.create_connection(
-                    lambda: _Connection(loop), host, port, ssl=self._tls if tls else None
+                    lambda: UpstreamConnection(loop), host, port, ssl=self._tls if tls else None
                 ),
                 self.connect_timeout_s,
             )
@@ -331,7 +205,7 @@ class UpstreamPool:
             )
         finally:
             self._warming.discard(origin)
-        fresh = [conn for conn in opened if isinstance(conn, _Connection)]
+        fresh = [conn for conn in opened if isinstance(conn, UpstreamConnection)]
         if self._closed:
             for conn in fresh:
                 conn.close()
@@ -340,7 +214,7 @@ class UpstreamPool:
         idle.extend(fresh)
         return len(fresh)
 
-    def release(self, origin: Origin, conn: _Connection) -> None:
+    def release(self, origin: Origin, conn: UpstreamConnection) -> None:
         """Back to the idle stack when its response was read to the end, else closed."""
         idle = self._idle.setdefault(origin, [])
         if self._closed or not conn.reusable() or len(idle) >= MAX_IDLE_PER_ORIGIN:

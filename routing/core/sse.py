@@ -19,20 +19,28 @@ event, so everything else is never split into events: the relay finds where the
 last complete event ends (one ``rfind`` per framing), sends everything before
 it on as it is and keeps the rest.  (OpenAI sends ``"usage": null`` on every
 other chunk once usage is requested, hence the look at the value; vLLM leaves
-the key out.)  Only the end of a stream is split and parsed, in one linear
-pass, which keeps the relay's cost per token small however many events one
-read coalesced (docs/performance.md).
+the key out.)  Only the read that ends a stream is split, by one regular
+expression, and only the events in it that hold a ``"usage"`` key are parsed,
+which keeps the relay's cost per token small however many events one read
+coalesced (docs/performance.md).
 """
 
 from __future__ import annotations
 
+import bisect
+import functools
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 _BOUNDARY = (b"\n\n", b"\r\n\r\n", b"\r\r")
+# Events end at the earliest boundary after their start, of whichever framing:
+# the leftmost match of the alternation, resumed after it (at one position at most
+# one of the three can match).
+_BOUNDARIES = re.compile(rb"\r\n\r\n|\n\n|\r\r")
+_USAGE_KEY = re.compile(rb'"usage"')
 # A "usage" key whose value is an object: all a usage event can look like in JSON
 # (a nested string mentioning it has its quotes escaped and cannot match).
 _USAGE_OBJECT = re.compile(rb'"usage"\s*:\s*\{')
@@ -109,15 +117,29 @@ class SseRelay:
         return complete
 
     def _filter(self, data: bytes) -> bytes:
-        """``data`` (whole events) event by event, without the usage event if stripping."""
+        """``data`` (whole events) without the usage event if stripping.  Only events
+        holding a ``"usage"`` key are found and parsed (``_keep``); everything else,
+        stray bytes after the last boundary included, passes as it is, uncopied if
+        nothing is dropped."""
+        keys = [match.start() for match in _USAGE_KEY.finditer(data)]
+        if not keys:
+            return data
+        span_of = _event_spans(data)
         out: list[bytes] = []
-        start = 0
-        for end in _event_ends(data):
-            event = data[start:end]
-            start = end
-            if self._keep(event):
-                out.append(event)
-        out.append(data[start:])  # stray bytes after the last boundary pass as they are
+        kept_from = last_end = 0
+        for key in keys:
+            if key < last_end:
+                continue  # in the event just checked
+            span = span_of(key)
+            if span is None:
+                break  # in the stray bytes after the last boundary
+            start, last_end = span
+            if not self._keep(data[start:last_end]):
+                out.append(data[kept_from:start])
+                kept_from = last_end
+        if not out:
+            return data
+        out.append(data[kept_from:])
         return b"".join(out)
 
     def flush(self) -> bytes:
@@ -151,23 +173,41 @@ def _end_of_last_event(data: bytes) -> int:
     return max(ends, default=0)
 
 
-def _event_ends(data: bytes) -> Iterator[int]:
-    """End offsets of the events in ``data``, in one pass: each marker's next position
-    is looked up again only once the split has moved past it (linear, not quadratic,
-    in the number of events a read coalesced)."""
-    next_at = {marker: data.find(marker) for marker in _BOUNDARY}
-    start = 0
-    while True:
-        best, width = -1, 0
-        for marker, index in next_at.items():
-            if 0 <= index < start:
-                index = next_at[marker] = data.find(marker, start)
-            if index >= 0 and (best < 0 or index < best):
-                best, width = index, len(marker)
-        if best < 0:
-            return
-        start = best + width
-        yield start
+Span = tuple[int, int]
+
+
+def _event_spans(data: bytes) -> Callable[[int], Span | None]:
+    """Where the event holding a position starts and ends (None: after the last
+    boundary).  Events end at the earliest boundary after their start, so with only
+    ``\\n`` framing (what vLLM and OpenAI send) the answer is found from the position
+    backwards (``_lf_event_span``); a stream with ``\\r`` in it is split from the
+    start, by one regular expression."""
+    if b"\r" not in data:
+        return functools.partial(_lf_event_span, data)
+    ends = [match.end() for match in _BOUNDARIES.finditer(data)]
+
+    def span(at: int) -> Span | None:
+        index = bisect.bisect_right(ends, at)
+        return None if index == len(ends) else (ends[index - 1] if index else 0, ends[index])
+
+    return span
+
+
+def _lf_event_span(data: bytes, at: int) -> Span | None:
+    """``_event_spans`` for ``data`` without ``\\r``, where ``data[at]`` is no newline.
+    Splitting from the start cuts a run of newlines into pairs from its first one,
+    so the event holding ``at`` starts after the last whole pair of the last run
+    (of two or more) before it: one ``rfind`` and a look back over that run."""
+    end = data.find(b"\n\n", at)
+    if end < 0:
+        return None
+    pair = data.rfind(b"\n\n", 0, at)
+    if pair < 0:
+        return 0, end + 2
+    run = pair
+    while run and data[run - 1] == 0x0A:
+        run -= 1
+    return run + (pair + 2 - run) // 2 * 2, end + 2
 
 
 def _data_payload(event: bytes) -> bytes | None:

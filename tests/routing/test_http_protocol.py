@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import pytest
 import uvicorn
 
-from routing.asgi_types import Receive, Scope, Send
+from routing.asgi_types import DIRECT_BODY, Receive, Scope, Send
 from routing.http_protocol import GuardedHttpToolsProtocol, ReadLimits
 
 pytestmark = pytest.mark.anyio
@@ -146,3 +146,59 @@ async def test_a_well_behaved_request_is_answered_then_idles_out(served: Served)
     status, body = status_and_body(await exchange(served.port, request))
     assert (status, body) == (200, b"5")
     assert served.app.disconnects == 0
+
+
+@dataclass
+class DirectApp:
+    """Streams through the scope's ``DirectBody``: the head with one part, then the last
+    with the end once ``go_on`` is set; records the pauses and resumes it was told of."""
+
+    events: list[str] = field(default_factory=list)
+    go_on: asyncio.Event = field(default_factory=asyncio.Event)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await receive()
+        direct = scope["extensions"][DIRECT_BODY]
+        await direct.start(send, {"type": "http.response.start", "status": 200, "headers": []})
+        assert direct.usable()
+        direct.hold(lambda: self.events.append("pause"), lambda: self.events.append("resume"))
+        direct.write(b"one")
+        await self.go_on.wait()
+        direct.release()
+        direct.finish(b"two")
+
+
+async def test_a_direct_body_is_chunked_follows_its_clients_buffer_and_keeps_alive() -> None:
+    app = DirectApp()
+    config = uvicorn.Config(
+        app, host="127.0.0.1", port=0, http=ShortLimits, lifespan="off", log_level="error"
+    )
+    server = uvicorn.Server(config)
+    task = asyncio.create_task(server.serve())
+    while not server.started:
+        await asyncio.sleep(0.01)
+    reader, writer = await asyncio.open_connection(
+        "127.0.0.1", server.servers[0].sockets[0].getsockname()[1]
+    )
+    try:
+        writer.write(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), HANG)
+        assert b"transfer-encoding: chunked" in head
+        assert await asyncio.wait_for(reader.readuntil(b"one\r\n"), HANG) == b"3\r\none\r\n"
+        (protocol,) = server.server_state.connections
+        # What the transport calls past its high-water mark and once drained.
+        protocol.pause_writing()
+        protocol.resume_writing()
+        app.go_on.set()
+        end = await asyncio.wait_for(reader.readuntil(b"0\r\n\r\n"), HANG)
+        assert end == b"3\r\ntwo\r\n0\r\n\r\n"
+        protocol.pause_writing()  # released: its relay hears of it no more
+        protocol.resume_writing()
+        assert app.events == ["pause", "resume"]
+        writer.write(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")  # the connection is still usable
+        again = await asyncio.wait_for(reader.readuntil(b"0\r\n\r\n"), HANG)
+        assert again.startswith(b"HTTP/1.1 200") and again.endswith(b"3\r\ntwo\r\n0\r\n\r\n")
+    finally:
+        writer.close()
+        server.should_exit = True
+        await task

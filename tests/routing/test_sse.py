@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import random
+
+import pytest
 
 from routing.core.sse import SseRelay, Usage
 
@@ -122,3 +125,39 @@ def test_responses_api_usage_is_read_from_its_own_names_and_events() -> None:
     stream = created + completed
     assert relay.feed(stream) + relay.flush() == stream
     assert relay.usage == Usage(40, 3, 32)
+
+
+def _events_by_definition(data: bytes) -> list[bytes]:
+    """Events as the SSE framing defines them: each ends at the earliest boundary of
+    any framing after its start (the splitter this module used to run, kept as the
+    reference)."""
+    events, start = [], 0
+    while True:
+        ends = [
+            i + len(m) for m in (b"\n\n", b"\r\n\r\n", b"\r\r") if (i := data.find(m, start)) >= 0
+        ]
+        if not ends:
+            return [*events, data[start:]]
+        end = min(ends)
+        events.append(data[start:end])
+        start = end
+
+
+@pytest.mark.parametrize("newlines", [[b"\n"], [b"\n", b"\r", b"\r\n"]], ids=["lf", "mixed"])
+def test_only_usage_events_are_dropped_wherever_their_boundaries_fall(
+    newlines: list[bytes],
+) -> None:
+    pieces = [*newlines, b"data: x", b'data: {"usage": {"prompt_tokens": 1}}', b":c"]
+    usage_only = b'data: {"choices": [], "usage": {"prompt_tokens": 2}}'
+    rng = random.Random(17)
+    for _ in range(3000):
+        data = b"".join(
+            rng.choice([*pieces, *newlines, usage_only]) for _ in range(rng.randint(1, 14))
+        )
+        reference = SseRelay(strip_usage=True)
+        events = _events_by_definition(data)
+        # the complete events less the usage-only ones, then the stray tail as it is
+        expected = b"".join(e for e in events[:-1] if reference._keep(e)) + events[-1]
+        relay = SseRelay(strip_usage=True)
+        assert relay._filter(data) == expected, data
+        assert relay.usage == reference.usage

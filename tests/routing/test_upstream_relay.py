@@ -12,10 +12,11 @@ import contextlib
 import gc
 import json
 import socket
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 import pytest
 
+from routing.asgi_types import Message, Send
 from routing.core.leases import InflightLedger
 from routing.core.sse import SseRelay
 from routing.core.types import TargetState
@@ -187,3 +188,115 @@ def test_join_url_tolerates_a_v1_base() -> None:
     assert join_url("http://r:1/", "/v1/completions") == "http://r:1/v1/completions"
     assert join_url("http://r:1/v1", "/v1/completions") == "http://r:1/v1/completions"
     assert join_url("http://r:1", "/metrics") == "http://r:1/metrics"
+
+
+class Client:
+    """A ``BodyWriter`` playing the client's connection: what was written, and a full
+    buffer (``full``) that pauses the relay's upstream until ``drain``."""
+
+    def __init__(self, *, full: bool = False) -> None:
+        self.writes: list[bytes] = []
+        self.ends: list[bytes] = []
+        self.full = full
+        self._resume: Callable[[], None] | None = None
+
+    async def start(self, send: Send, message: Message) -> None:
+        await send(message)
+
+    def usable(self) -> bool:
+        return not self.ends
+
+    def write(self, data: bytes) -> None:
+        if data:  # nothing to send but a head (which this client has no use for)
+            self.writes.append(data)
+
+    def finish(self, data: bytes) -> None:
+        self.ends.append(data)
+
+    def hold(self, pause: Callable[[], None], resume: Callable[[], None]) -> None:
+        self._resume = resume
+        if self.full:
+            pause()
+
+    def release(self) -> None:
+        self._resume = None
+
+    def drain(self) -> None:
+        self.full = False
+        if self._resume is not None:
+            self._resume()
+
+    def body(self) -> bytes:
+        return b"".join(self.writes + self.ends)
+
+
+async def test_a_relay_written_to_its_client_sends_what_the_iterator_yields(
+    pool: UpstreamPool,
+) -> None:
+    acct = Accounting()
+    client = Client()
+    async with upstream(Reply(chunks=[CONTENT, CONTENT + USAGE, DONE])) as (server, url):
+        await (await _relay(pool, url, acct)).relay_to(client)
+        assert client.body() == CONTENT + CONTENT + DONE
+        assert len(client.ends) == 1  # the body's end, written once
+        assert acct.outcomes == [OUTCOME_OK] and acct.ledger.total == 0
+        assert await closed(server, pool)
+
+
+async def test_a_relay_written_to_its_client_ends_a_cut_stream_with_an_error_event(
+    pool: UpstreamPool,
+) -> None:
+    acct = Accounting()
+    client = Client()
+    async with upstream(Reply(chunks=[CONTENT], cut=True)) as (_, url):
+        await (await _relay(pool, url, acct)).relay_to(client)
+    assert client.body().startswith(CONTENT)
+    event = json.loads(client.ends[0].removeprefix(CONTENT).removeprefix(b"data: "))
+    assert event["error"]["type"] == "server_error"
+    assert acct.outcomes == [OUTCOME_UPSTREAM_ERROR] and acct.ledger.total == 0
+
+
+async def test_a_client_that_cannot_take_more_holds_the_upstream_back() -> None:
+    pool = UpstreamPool(connect_timeout_s=2.0, read_timeout_s=0.2)
+    acct = Accounting()
+    client = Client(full=True)
+    async with upstream(Reply(chunks=[CONTENT] * 200 + [DONE])) as (server, url):
+        relay = asyncio.create_task((await _relay(pool, url, acct)).relay_to(client))
+        await asyncio.sleep(0.5)  # past the read timeout: a held-back upstream is no stall
+        # Only what came with the first byte was written; the rest waits upstream.
+        assert len(client.writes) == 1 and not client.ends and not relay.done()
+        client.drain()
+        await asyncio.wait_for(relay, 5)
+        assert client.body() == CONTENT * 200 + DONE
+        assert acct.outcomes == [OUTCOME_OK] and acct.ledger.total == 0
+        assert await closed(server, pool)
+
+
+async def test_an_upstream_silent_past_the_read_timeout_ends_a_written_relay() -> None:
+    pool = UpstreamPool(connect_timeout_s=2.0, read_timeout_s=0.2)
+    acct = Accounting()
+    client = Client()
+    async with upstream(Reply(chunks=[CONTENT], stall=True)) as (server, url):
+        await asyncio.wait_for((await _relay(pool, url, acct)).relay_to(client), 5)
+        assert b"read timed out" in client.ends[0]
+        assert acct.outcomes == [OUTCOME_UPSTREAM_ERROR] and acct.ledger.total == 0
+        await asyncio.wait_for(server.client_left.wait(), 5)
+        assert await closed(server, pool)
+
+
+async def test_a_written_relay_cancelled_when_its_client_leaves_closes_the_upstream(
+    pool: UpstreamPool,
+) -> None:
+    acct = Accounting()
+    client = Client()
+    async with upstream(Reply(chunks=[CONTENT], stall=True)) as (server, url):
+        relay = asyncio.create_task((await _relay(pool, url, acct)).relay_to(client))
+        while not client.writes:
+            await asyncio.sleep(0.01)
+        relay.cancel()  # what the plain path does when the client's connection drops
+        with pytest.raises(asyncio.CancelledError):
+            await relay
+        assert client.ends == []
+        assert acct.outcomes == [OUTCOME_CLIENT_CLOSED] and acct.ledger.total == 0
+        await asyncio.wait_for(server.client_left.wait(), 5)
+        assert await closed(server, pool)

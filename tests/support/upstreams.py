@@ -9,7 +9,9 @@ poll client) really connect, send and read.  Behaviours, per name:
 * ``500``/``503``/``429``: that status with an OpenAI-style error body;
 * ``reset``: the head, then the connection closes before the first body byte;
 * ``refuse``: nothing listens on its port (connection refused);
-* ``hold``: answers ``ok`` only once the test calls ``release(request_id)``.
+* ``hold``: answers ``ok`` only once the test calls ``release(request_id)``;
+* ``stall``/``cut``: a stream's first event, then nothing until the client leaves
+  (``stall``) or the connection closes without ending the body (``cut``).
 
 ``GET /metrics`` shows ``running`` (default 1) and ``waiting`` (default 0) as
 vLLM's gauges; other GETs are 404.  ``calls`` are the POSTs, in order.
@@ -103,6 +105,10 @@ class Upstreams:
             rid = request.headers["X-Request-ID"]
             await self._held.setdefault(rid, asyncio.Event()).wait()
         if json.loads(request.content).get("stream"):
+            if mode in {"stall", "cut"}:
+                return Reply(
+                    200, SSE[:1], "text/event-stream", stall=mode == "stall", cut=mode == "cut"
+                )
             return Reply(200, SSE, content_type="text/event-stream")
         replica = {"X-Meridian-Replica": f"{name}-r"}
         return Reply(200, [json.dumps(OK_BODY).encode()], headers=replica)
