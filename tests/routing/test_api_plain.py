@@ -184,6 +184,30 @@ def test_a_client_gone_while_the_replica_works_gives_the_slot_back(stream: bool)
         assert requests.value(MODEL, "200", "local") == 0
 
 
+def test_the_server_cancelling_a_request_is_not_taken_for_a_client_gone() -> None:
+    # The work runs in the server's task: a cancellation of that task (shutdown) must
+    # reach the server, while the slot is still given back.
+    with serving_api({"a": "hold", "b": "hold"}) as api:
+        body = json.dumps(CHAT).encode()
+
+        async def scenario() -> None:
+            receive = _body_then_leave(body, asyncio.Event())
+
+            async def send(message: dict[str, Any]) -> None:
+                raise AssertionError(f"nothing is sent to a cancelled request: {message}")
+
+            served = asyncio.create_task(api.app(_scope(rid="rid-shut"), receive, send))
+            while api.runtime.inflight() == 0:
+                await asyncio.sleep(0.01)
+            served.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await served
+            api.upstreams.release("rid-shut")
+
+        api.loop.run_until_complete(scenario())
+        assert api.runtime.inflight() == 0
+
+
 def test_a_client_gone_mid_stream_settles_it_as_closed(api: Api) -> None:
     requests = api.runtime.metrics.requests
     before = requests.value(MODEL, "499", "local")
