@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
@@ -137,6 +138,17 @@ def test_a_body_past_the_limit_is_refused_unread_without_the_middleware(api: Api
     error = json.loads(messages[1]["body"])["error"]
     assert error["code"] == "request_too_large"
     assert api.runtime.inflight() == 0
+
+
+def test_a_request_without_an_id_gets_a_fresh_uuid4(api: Api) -> None:
+    body = json.dumps(CHAT).encode()
+    answers = [api.call("POST", "/v1/chat/completions", body, AUTH) for _ in range(20)]
+    ids = {answer.headers[b"x-request-id"].decode() for answer in answers}
+    assert len(ids) == 20
+    for given in ids:
+        parsed = uuid.UUID(hex=given)
+        assert parsed.hex == given
+        assert (parsed.version, parsed.variant) == (4, uuid.RFC_4122)
 
 
 def test_a_limit_below_one_byte_is_refused() -> None:
