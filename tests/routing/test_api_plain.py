@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
@@ -21,6 +22,7 @@ from routing.api_asgi import ApiASGIHandler
 from routing.api_plain import PlainApi
 from routing.asgi_types import ASGIApp
 from routing.body_limit import BodyLimitMiddleware
+from routing.views import completions
 from tests.support.api_app import AUTH, BODY_LIMIT, Answer, Api, serving_api
 from tests.support.balancers import MODEL
 
@@ -149,6 +151,33 @@ def test_a_request_without_an_id_gets_a_fresh_uuid4(api: Api) -> None:
         parsed = uuid.UUID(hex=given)
         assert parsed.hex == given
         assert (parsed.version, parsed.variant) == (4, uuid.RFC_4122)
+
+
+def test_a_large_prompt_is_tokenized_and_described_in_one_worker_thread(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen: list[tuple[str, int]] = []
+
+    def noting(name: str, function: Callable[..., Any]) -> Callable[..., Any]:
+        def noted(*args: Any, **kwargs: Any) -> Any:
+            seen.append((name, threading.get_ident()))
+            return function(*args, **kwargs)
+
+        return noted
+
+    monkeypatch.setattr(completions, "prompt_tokens", noting("tokens", completions.prompt_tokens))
+    monkeypatch.setattr(completions, "describe", noting("describe", completions.describe))
+    monkeypatch.setattr(api.runtime.encoders, "thread_chars", 1000)
+    loop_thread = threading.get_ident()  # the harness runs the loop in this thread
+    small = {**CHAT, "messages": [{"role": "user", "content": "x " * 100}]}
+    large = {**CHAT, "messages": [{"role": "user", "content": "word " * 1000}]}
+    api.call("POST", "/v1/chat/completions", json.dumps(small).encode(), AUTH)
+    assert seen == [("tokens", loop_thread), ("describe", loop_thread)]
+    seen.clear()
+    api.call("POST", "/v1/chat/completions", json.dumps(large).encode(), AUTH)
+    (_, worker), (_, describer) = seen
+    assert [name for name, _ in seen] == ["tokens", "describe"]
+    assert worker == describer != loop_thread
 
 
 def test_a_limit_below_one_byte_is_refused() -> None:
