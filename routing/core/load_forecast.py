@@ -120,7 +120,7 @@ class LoadForecast:
         # The first block's key names the system prompt (or the prompt's opening)
         # as the engine's cache does: the same key, the same leading tokens.
         system_key = given.system_key or (request.block_hashes[0] if request.block_hashes else 0)
-        # Built field by field: ``dataclasses.replace`` walks the fields, 3x the cost.
+        # Built field by field: ``dataclasses.replace`` walks the fields (1.2 µs, against 0.7).
         return RequestFeatures(
             prompt_tokens=request.prompt_tokens,
             max_tokens=request.max_tokens,

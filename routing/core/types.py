@@ -29,7 +29,7 @@ class RequestDescriptor:
 
     def with_prediction(self, tokens: int) -> RequestDescriptor:
         """This request with ``predicted_output_tokens`` set: ``dataclasses.replace``
-        without its walk over the fields (1.5 instead of 4.3 µs, once per request)."""
+        without its walk over the fields (1.0 instead of 1.8 µs, once per request)."""
         return RequestDescriptor(
             request_id=self.request_id,
             model=self.model,
