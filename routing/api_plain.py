@@ -28,6 +28,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncGenerator
+from typing import Any
 
 from routing.asgi_types import DIRECT_BODY, ASGIApp, BodyWriter, Receive, Scope, Send
 from routing.calls import ROUTE_FORWARDED_IN, ROUTE_LOCAL, ApiRequest, Headers, ProxyResponse
@@ -109,22 +110,50 @@ async def _respond(
     send: Send,
     direct: BodyWriter | None = None,
 ) -> None:
-    """Answer and send, cancelling both if the client leaves first."""
+    """Answer and send, cancelling both if the client leaves first.
 
-    async def process() -> None:
+    The work runs in the server's own task; one listener task waits for the client to
+    leave and cancels it.  (A second task for the work and an ``asyncio.wait`` on the
+    two cost a task, a future and their callbacks per request, for the same outcome.)"""
+    task = asyncio.current_task()
+    assert task is not None, "an ASGI application runs in a task"
+    state = _Listening(task)
+    listener = asyncio.create_task(_disconnected(receive))
+    listener.add_done_callback(state.heard)
+    try:
         response = await _answer(request, endpoint)
         await _send(response, send, direct)
-
-    listener = asyncio.create_task(_disconnected(receive))
-    worker = asyncio.create_task(process())
-    await asyncio.wait((listener, worker), return_when=asyncio.FIRST_COMPLETED)
-    for task in (listener, worker):
-        if not task.done():
-            task.cancel()
+    except asyncio.CancelledError:
+        # Ours (the client left): swallowed, as the task that ran the work used to be;
+        # another cancellation as well (the server's) goes on.
+        if not state.left or task.uncancel() > 0:
+            raise
+    finally:
+        state.working = False
+        if not listener.done():
+            listener.cancel()
             with contextlib.suppress(asyncio.CancelledError):
-                await task
-        elif not task.cancelled():
-            task.result()  # re-raises a send failure, as Django's handler does
+                await listener
+    if state.left:
+        listener.result()  # re-raises a receive failure, as Django's handler does
+
+
+class _Listening:
+    """Whether the client left while the work was in hand (and then cancels it)."""
+
+    __slots__ = ("left", "task", "working")
+
+    def __init__(self, task: asyncio.Task[Any]) -> None:
+        self.task = task
+        self.working = True
+        self.left = False
+
+    def heard(self, listener: asyncio.Task[None]) -> None:
+        # Runs from the loop, never inside the work's step: a ``working`` work is
+        # suspended at one of its awaits, where the cancellation lands.
+        if self.working and not listener.cancelled():
+            self.left = True
+            self.task.cancel()
 
 
 async def _disconnected(receive: Receive) -> None:

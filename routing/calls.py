@@ -15,10 +15,13 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterable, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from typing import TypeVar, overload
 
 from routing.core.openai_request import CompletionRequest
 from routing.core.sse import Usage
 from routing.core.types import RequestDescriptor
+
+_T = TypeVar("_T")
 
 HOP_HEADER = "X-Meridian-Forwarded-From"
 ROUTE_LOCAL = "local"
@@ -60,6 +63,16 @@ class Headers(Mapping[str, str]):
 
     def __getitem__(self, name: str) -> str:
         return self._values[name.lower()]
+
+    @overload
+    def get(self, name: str, /) -> str | None: ...
+    @overload
+    def get(self, name: str, /, default: str | _T) -> str | _T: ...
+
+    def get(self, name: str, /, default: object = None) -> object:
+        # Mapping's own ``get`` goes through ``__getitem__`` and a KeyError for every
+        # absent header; the views look up about six per request.
+        return self._values.get(name.lower(), default)
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._values)

@@ -133,7 +133,7 @@ class KeyGrant:
     key_hash: str
     label: str
     reserve: int
-    member: str
+    member: str  # its entry among the key's holds ("" when nothing is held)
     admission: Admission | None  # None: the key has no numeric limit (usage only)
     shared: bool  # admitted in Redis (else in the process-local ledger)
     done: bool = False
@@ -190,9 +190,10 @@ class KeyLimiter:
     ) -> KeyGrant:
         """Take the request's place under its key's limits; ``grant.admission.admitted``
         says whether it got one (a refused grant holds nothing and needs no finish)."""
-        member = f"{request_id}:{uuid.uuid4().hex[:12]}"
         if not limits.counted:
-            return KeyGrant(self, key_hash, label, reserve, member, None, shared=self.shared)
+            # Nothing held: no member to name in any store.
+            return KeyGrant(self, key_hash, label, reserve, "", None, shared=self.shared)
+        member = f"{request_id}:{uuid.uuid4().hex[:12]}"
         if self.shared:
             try:
                 reply = await self._admit(

@@ -120,12 +120,15 @@ class LoadForecast:
         # The first block's key names the system prompt (or the prompt's opening)
         # as the engine's cache does: the same key, the same leading tokens.
         system_key = given.system_key or (request.block_hashes[0] if request.block_hashes else 0)
-        return dataclasses.replace(
-            given,
+        # Built field by field: ``dataclasses.replace`` walks the fields (1.2 µs, against 0.7).
+        return RequestFeatures(
             prompt_tokens=request.prompt_tokens,
             max_tokens=request.max_tokens,
+            endpoint=given.endpoint,
             system_key=system_key,
             earlier_outputs=self.history.earlier(request.session_key),
+            cues=given.cues,
+            oracle_output=given.oracle_output,
         )
 
     def predict(self, request: RequestDescriptor) -> RequestDescriptor:
@@ -142,7 +145,7 @@ class LoadForecast:
             # running mean), and the look-ahead map asks the predictor at admission.
             return request
         predicted = self.predictor.predict(features)
-        return dataclasses.replace(request, predicted_output_tokens=max(1, round(predicted)))
+        return request.with_prediction(max(1, round(predicted)))
 
     # -- the replicas' maps ------------------------------------------------------------------
 

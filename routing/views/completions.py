@@ -18,9 +18,9 @@ response objects; ``proxy``, the Django view, wraps it for Django's URLconf.
 from __future__ import annotations
 
 import asyncio
+import os
 import time
-import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, ParamSpec, TypeVar
 
 from django.core.exceptions import RequestDataTooBig
@@ -47,12 +47,21 @@ from routing.core.key_limits import (
     reservation,
 )
 from routing.core.lora import UnknownModelError, resolve_model
-from routing.core.openai_request import Endpoint, describe, parse_request, session_key
+from routing.core.openai_request import (
+    CompletionRequest,
+    Endpoint,
+    describe,
+    parse_request,
+    session_key,
+)
+from routing.core.prompts import PromptEncoder, prompt_tokens
 from routing.errors import error_description, to_django
 from routing.internal_auth import forwarded_with
 from routing.process import current_runtime, get_runtime
 
 if TYPE_CHECKING:
+    from routing.core.block_identity import BlockScheme
+    from routing.core.types import RequestDescriptor
     from routing.runtime import BalancerRuntime
 
 P = ParamSpec("P")
@@ -218,29 +227,60 @@ async def admit(
             label = snapshot.key_labels.get(key_hash, "-")
             runtime.metrics.key_limited.inc(label, "model")
         raise model_not_allowed(parsed.model)
+    encoder = runtime.encoders.for_model(model)
     try:
-        tokens = await runtime.encoders.tokens(model, parsed.prompt)
+        # Tokens and blocks in one step: a large prompt crosses to a worker thread once
+        # (a crossing costs ~40 µs of CPU).
+        tokens, descriptor = await _maybe_in_thread(
+            large or runtime.encoders.offloads(parsed.prompt),
+            _tokens_and_descriptor,
+            parsed,
+            encoder,
+            request_id=request_id,
+            session_key=session_key(
+                parsed, request.headers.get("X-Session-ID"), request.remote_addr
+            ),
+            # The base model's scheme: its replicas report the block size.
+            scheme=runtime.block_schemes.scheme(model),
+            forwarded=forwarded,
+            model=model,
+            lora=adapter,
+        )
     except TemplateError as exc:
         # The engine would refuse the conversation the same way (vLLM answers 400).
         raise errors.invalid_value("messages", f"The chat template refused it: {exc}") from None
-    descriptor = await _maybe_in_thread(
-        large,
-        describe,
-        parsed,
-        tokens,
-        request_id=request_id,
-        session_key=session_key(parsed, request.headers.get("X-Session-ID"), request.remote_addr),
-        # The base model's scheme: its replicas report the block size.
-        scheme=runtime.block_schemes.scheme(model),
-        forwarded=forwarded,
-        model=model,
-        lora=adapter,
-    )
     call = ProxyCall(parsed, descriptor, body, authorization, request_id, arrived)
     if not descriptor.forwarded:
         # Counted once, where the request entered: a peer's forward was admitted there.
         await hold_key(runtime, call, key_hash, limits, len(tokens))
     return call
+
+
+def _tokens_and_descriptor(
+    parsed: CompletionRequest,
+    encoder: PromptEncoder,
+    *,
+    request_id: str,
+    session_key: str,
+    scheme: BlockScheme,
+    forwarded: bool,
+    model: str,
+    lora: str | None,
+) -> tuple[Sequence[int], RequestDescriptor]:
+    """The prompt's tokens (``TemplateError`` if its chat template refuses it) and the
+    request described for the policies."""
+    tokens = prompt_tokens(parsed.prompt, encoder)
+    descriptor = describe(
+        parsed,
+        tokens,
+        request_id=request_id,
+        session_key=session_key,
+        scheme=scheme,
+        forwarded=forwarded,
+        model=model,
+        lora=lora,
+    )
+    return tokens, descriptor
 
 
 async def hold_key(
@@ -272,7 +312,16 @@ def _request_id(request: ApiRequest) -> str:
     given = request.headers.get("X-Request-ID", "")
     if 0 < len(given) <= 128 and given.isascii() and given.isprintable():
         return given
-    return uuid.uuid4().hex
+    return uuid4_hex()
+
+
+def uuid4_hex() -> str:
+    """What ``uuid.uuid4().hex`` returns (16 random bytes, the version 4 and RFC 4122
+    variant bits set), without building a ``UUID``: 1.9 instead of 5.4 µs."""
+    raw = bytearray(os.urandom(16))
+    raw[6] = (raw[6] & 0x0F) | 0x40
+    raw[8] = (raw[8] & 0x3F) | 0x80
+    return raw.hex()
 
 
 def count_refusal(request: ApiRequest, error: ApiError, model: str = UNKNOWN_MODEL_LABEL) -> None:

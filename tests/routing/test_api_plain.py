@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
+import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
@@ -20,6 +22,7 @@ from routing.api_asgi import ApiASGIHandler
 from routing.api_plain import PlainApi
 from routing.asgi_types import ASGIApp
 from routing.body_limit import BodyLimitMiddleware
+from routing.views import completions
 from tests.support.api_app import AUTH, BODY_LIMIT, Answer, Api, serving_api
 from tests.support.balancers import MODEL
 
@@ -139,6 +142,44 @@ def test_a_body_past_the_limit_is_refused_unread_without_the_middleware(api: Api
     assert api.runtime.inflight() == 0
 
 
+def test_a_request_without_an_id_gets_a_fresh_uuid4(api: Api) -> None:
+    body = json.dumps(CHAT).encode()
+    answers = [api.call("POST", "/v1/chat/completions", body, AUTH) for _ in range(20)]
+    ids = {answer.headers[b"x-request-id"].decode() for answer in answers}
+    assert len(ids) == 20
+    for given in ids:
+        parsed = uuid.UUID(hex=given)
+        assert parsed.hex == given
+        assert (parsed.version, parsed.variant) == (4, uuid.RFC_4122)
+
+
+def test_a_large_prompt_is_tokenized_and_described_in_one_worker_thread(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen: list[tuple[str, int]] = []
+
+    def noting(name: str, function: Callable[..., Any]) -> Callable[..., Any]:
+        def noted(*args: Any, **kwargs: Any) -> Any:
+            seen.append((name, threading.get_ident()))
+            return function(*args, **kwargs)
+
+        return noted
+
+    monkeypatch.setattr(completions, "prompt_tokens", noting("tokens", completions.prompt_tokens))
+    monkeypatch.setattr(completions, "describe", noting("describe", completions.describe))
+    monkeypatch.setattr(api.runtime.encoders, "thread_chars", 1000)
+    loop_thread = threading.get_ident()  # the harness runs the loop in this thread
+    small = {**CHAT, "messages": [{"role": "user", "content": "x " * 100}]}
+    large = {**CHAT, "messages": [{"role": "user", "content": "word " * 1000}]}
+    api.call("POST", "/v1/chat/completions", json.dumps(small).encode(), AUTH)
+    assert seen == [("tokens", loop_thread), ("describe", loop_thread)]
+    seen.clear()
+    api.call("POST", "/v1/chat/completions", json.dumps(large).encode(), AUTH)
+    (_, worker), (_, describer) = seen
+    assert [name for name, _ in seen] == ["tokens", "describe"]
+    assert worker == describer != loop_thread
+
+
 def test_a_limit_below_one_byte_is_refused() -> None:
     with pytest.raises(ValueError, match="at least 1 byte"):
         PlainApi(ApiASGIHandler(), 0)
@@ -182,6 +223,30 @@ def test_a_client_gone_while_the_replica_works_gives_the_slot_back(stream: bool)
         assert sent == []
         assert api.runtime.inflight() == 0
         assert requests.value(MODEL, "200", "local") == 0
+
+
+def test_the_server_cancelling_a_request_is_not_taken_for_a_client_gone() -> None:
+    # The work runs in the server's task: a cancellation of that task (shutdown) must
+    # reach the server, while the slot is still given back.
+    with serving_api({"a": "hold", "b": "hold"}) as api:
+        body = json.dumps(CHAT).encode()
+
+        async def scenario() -> None:
+            receive = _body_then_leave(body, asyncio.Event())
+
+            async def send(message: dict[str, Any]) -> None:
+                raise AssertionError(f"nothing is sent to a cancelled request: {message}")
+
+            served = asyncio.create_task(api.app(_scope(rid="rid-shut"), receive, send))
+            while api.runtime.inflight() == 0:
+                await asyncio.sleep(0.01)
+            served.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await served
+            api.upstreams.release("rid-shut")
+
+        api.loop.run_until_complete(scenario())
+        assert api.runtime.inflight() == 0
 
 
 def test_a_client_gone_mid_stream_settles_it_as_closed(api: Api) -> None:

@@ -4,6 +4,8 @@ the learned one learning a relation it can see."""
 from __future__ import annotations
 
 import random
+import re
+import zlib
 
 import pytest
 
@@ -30,6 +32,31 @@ def test_word_cues_read_both_ends_of_a_long_message_only() -> None:
     # The middle is never read: changing it leaves the cues as they are.
     changed = long[:1000] + long[1000:-1000].replace("filler", "others") + long[-1000:]
     assert word_cues(changed) == cues
+
+
+def _cues_read_whole(text: str, chars: int, words: int) -> tuple[int, ...]:
+    """``word_cues`` as first written: both windows scanned in full, every time."""
+    lowered = text.lower()
+    pattern = re.compile(r"[a-z0-9]+|[^\sa-z0-9]")
+    head = pattern.findall(lowered[:chars])[:words]
+    tail = pattern.findall(lowered[-chars:])[-words:] if len(lowered) > chars else []
+    return tuple(
+        [zlib.crc32(f"h:{word}".encode()) for word in head]
+        + [zlib.crc32(f"t:{word}".encode()) for word in tail]
+    )
+
+
+def test_word_cues_from_a_short_window_equal_those_of_the_whole_window() -> None:
+    # Saved models keep their meaning only if the cues stay the same hashes.
+    rng = random.Random(5)
+    letters = "abcXYZ09 \t\n.,!?-_()`" + "aaaa    "
+    for _ in range(3000):
+        size = rng.choice([0, 1, 40, 95, 96, 97, 200, 239, 240, 241, 400, 3000])
+        text = "".join(rng.choice(letters) for _ in range(size))
+        if rng.random() < 0.1:
+            text += "İΣ"  # lower case changes the length: read whole
+        for chars, words in ((240, 12), (100, 3), (96, 12), (50, 1), (240, 0)):
+            assert word_cues(text, chars=chars, words=words) == _cues_read_whole(text, chars, words)
 
 
 def test_head_and_tail_words_hash_apart() -> None:

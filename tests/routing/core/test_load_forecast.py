@@ -86,3 +86,54 @@ def test_features_given_by_the_glue_keep_their_cues() -> None:
     features = forecast.features(request)
     assert (features.prompt_tokens, features.max_tokens, features.cues) == (30, 9, (1, 2))
     assert features.endpoint == "completions"
+
+
+def test_a_prediction_and_the_features_carry_every_other_field() -> None:
+    # Both are built field by field (for speed): a field added to either dataclass
+    # must be added there too, which this test notices.
+    features = RequestFeatures(
+        5,
+        max_tokens=6,
+        endpoint="embeddings",
+        system_key=7,
+        earlier_outputs=(8,),
+        cues=(9, 10),
+        oracle_output=11,
+    )
+    request = RequestDescriptor(
+        "r",
+        "m",
+        100,
+        block_hashes=(77,),
+        session_key="s",
+        max_tokens=12,
+        lora="l",
+        forwarded=True,
+        features=features,
+    )
+    assert {f.name for f in dataclasses.fields(RequestDescriptor)} == {
+        "request_id",
+        "model",
+        "prompt_tokens",
+        "block_hashes",
+        "session_key",
+        "max_tokens",
+        "lora",
+        "forwarded",
+        "features",
+        "predicted_output_tokens",
+    }
+    assert {f.name for f in dataclasses.fields(RequestFeatures)} == {
+        "prompt_tokens",
+        "max_tokens",
+        "endpoint",
+        "system_key",
+        "earlier_outputs",
+        "cues",
+        "oracle_output",
+    }
+    predicted = _forecast().predict(request)
+    assert predicted == dataclasses.replace(request, predicted_output_tokens=4)
+    assert _forecast().features(request) == dataclasses.replace(
+        features, prompt_tokens=100, max_tokens=12, earlier_outputs=()
+    )
