@@ -82,7 +82,8 @@ holds the prefix (its ``U(h)`` is small).
 Never dropping what others serve: a request that has waited ``wait_limit_s``
 in the regional queue (for a replica it chose, or because no replica admitted)
 has the admission limit waived (``waives_admission``): every healthy replica
-is an option again and the cheapest takes it, as blind pushing would have.  So
+that holds its prefix or has KV room for it (prefix affinity, below) is an
+option again and the cheapest takes it, as blind pushing would have.  So
 the balancer holds a request back at most about that long plus one probe
 interval, never until a queue deadline that a blindly pushing least-load
 balancer would have served within.  ``wait_limit_s`` is one probe interval
@@ -101,8 +102,27 @@ scarce that is what caps throughput (8k-token caches, 2k-token system prompts:
 at the cold start, with nothing decoding anywhere, a turn priced 1.28 s at the
 holder's queue against 1.19 s on an idle replica spread each system prompt
 over two replicas for the whole run; 60 virtual s: 15.9 to 18.0 req/s with
-affinity, SGLang's tree 18.9).  After ``wait_limit_s`` every replica is an
-option again, so affinity delays a cold placement by at most that long.
+affinity, SGLang's tree 18.9).  After ``wait_limit_s`` the admission limit is
+waived and a replica lacking the prefix is an option again only if the copy
+fits its KV look-ahead (``K(r) + U(r) + min(pred, L) <= kv_capacity_tokens``:
+it evicts nothing); the holders always are.  A copy into a full cache evicts
+what that replica's own requests will reuse, the cost no price of the present
+sees; in the thrashing regime every cache is full, and letting the cheapest
+replica take a waived turn put a second system prompt on 1 to 4 of each
+region's replicas, a quarter of their 8k tokens (120 virtual s, seed 1:
+goodput 2.07 to 2.43; TTFT alone decided those copies, on learned prefill
+rates that the KV-bound queue had inflated 3 to 6x).  Where KV has room (L4
+caches) a busy holder is relieved as before.
+
+Peers get the same rule, since a forward copies the whole prompt cold: a
+request whose prefix a local replica caches (more than ``affinity_tokens``)
+is forwarded only after ``wait_limit_s``, and only when no local replica's KV
+look-ahead has room for it.  At the cold start every region opens its
+conversations at once, the peers' heartbeats say 0 s, and 1 % of the turns
+went abroad, each pinning a foreign 2k-token system prompt in a peer's 8k
+cache (goodput 2.43 to 3.33).  A prompt nothing here caches is forwarded on
+price alone, as before.  So the balancer never holds a request past the wait
+limit for affinity: a holder is always an option.
 
 Peer ``g``: priced with the same terms as a replica, seen from here:
 
@@ -302,13 +322,16 @@ class MeridianPolicy(PolicyBase):
         waiting = dict(zip(map(_TARGET_ID, held_back), held_back))
         local = admitting.keys() | waiting.keys() if waiting else admitting.keys()
         uncached = self.uncached_by_target(request, local)
-        if uncached and not waived:
-            admitting, waiting = self._with_affinity(request, admitting, waiting, uncached)
+        everywhere = admitting
+        if uncached:
+            admitting, waiting = self._with_affinity(request, admitting, waiting, uncached, waived)
         best = self._best_replica(request, admitting, uncached)
         if waiting:
             wait = self._best_wait(request, waiting, uncached, queued_ahead, len(local))
             if wait.cost_s < best.cost_s:
                 best = wait
+        if peers and not self._may_forward(request, uncached, everywhere, waived):
+            peers = ()
         if peers:
             # What a forward leaves behind: the best local match it does not extend.
             # With no local replica at all there is no locality to lose (None).
@@ -327,9 +350,12 @@ class MeridianPolicy(PolicyBase):
         admitting: dict[str, TargetState],
         waiting: dict[str, TargetState],
         uncached: dict[str, int],
+        waived: bool,
     ) -> tuple[dict[str, TargetState], dict[str, TargetState]]:
-        """Admitting replicas that lack more than ``affinity_tokens`` of what the best
-        local holder caches move to the held-back ones: reached only by waiting."""
+        """Prefix affinity.  Before the wait limit, admitting replicas that lack more
+        than ``affinity_tokens`` of what the best local holder caches move to the
+        held-back ones (reached only by waiting); after it, such a replica stays an
+        option only if the copy fits its KV look-ahead (it evicts nothing)."""
         limit = min(uncached.values()) + self.config.affinity_tokens
         prompt = request.prompt_tokens
         if prompt <= limit:
@@ -338,9 +364,45 @@ class MeridianPolicy(PolicyBase):
         near = {t: admitting[t] for t, u in uncached.items() if u <= limit and t in admitting}
         if len(near) == len(admitting):
             return admitting, waiting
+        if waived:
+            if not near:
+                return admitting, waiting  # no healthy holder: every replica, as blind pushing
+            # After the wait limit (every replica is admitting then, nothing waits).
+            decode = self._decode_tokens(request)
+            roomy = {
+                t: target
+                for t, target in admitting.items()
+                if t not in near and self._fits(target, uncached.get(t, prompt) + decode)
+            }
+            return {**near, **roomy}, waiting
         # Every admitting replica joins the held-back ones, the near ones included: as
         # a wait each costs more than itself as a replica, so it never wins as one.
         return near, {**waiting, **admitting}
+
+    def _may_forward(
+        self,
+        request: RequestDescriptor,
+        uncached: Mapping[str, int],
+        local: Mapping[str, TargetState],
+        waived: bool,
+    ) -> bool:
+        """Whether peers are options: a forward is a cold copy of the whole prompt, so
+        a request whose prefix a local replica caches (more than ``affinity_tokens``)
+        is forwarded only after the wait limit, and only when no local replica's KV
+        look-ahead has room for it (the region is thrashing, not merely busy)."""
+        prompt = request.prompt_tokens
+        if not uncached or min(uncached.values()) + self.config.affinity_tokens >= prompt:
+            return True
+        if not waived:
+            return False
+        decode = self._decode_tokens(request)
+        return not any(
+            self._fits(target, uncached.get(t, prompt) + decode) for t, target in local.items()
+        )
+
+    def _fits(self, target: TargetState, kv_tokens: int) -> bool:
+        """Whether ``kv_tokens`` more fit ``target``'s KV look-ahead with no pressure."""
+        return self._pressure_s(target, self._model(target.target_id), kv_tokens) == 0.0
 
     def admits(self, target: TargetState) -> bool:
         model = self.replicas.get(target.target_id)

@@ -199,6 +199,48 @@ def test_prefix_affinity_waits_for_the_holder_until_the_wait_limit() -> None:
     assert policy.choose(short, [target("idle")], [holder], []).option is Option.REPLICA
 
 
+def test_after_the_wait_limit_a_cold_copy_that_must_evict_is_no_option() -> None:
+    # 4k-token caches: a 2,400-token prefix copied onto a replica whose KV look-ahead
+    # is full would evict what it holds (the thrashing regime), so after the wait
+    # limit the holder takes the request even where the copy is priced cheaper.
+    config = MeridianConfig(admission_tokens=1000, kv_capacity_tokens=4096)
+    policy = MeridianPolicy(config)
+    holder, full, roomy = target("holder"), target("full"), target("roomy")
+    system = prefix(1, 150)  # 2,400 tokens
+    policy.select(request(system), [holder])
+    policy.select(sized(8000, "backlog"), [holder])
+    policy.select(sized(2000, "other-work"), [full])
+    policy.observe_first_token(sized(2000, "other-work"), "full", on_profile(2000))
+    turn = request(prefix(2, 2, system))
+    waited = config.wait_limit_s
+    # "full" is cheaper by the prices (nothing queued against the holder's 10,400
+    # tokens), but the copy does not fit beside its 2,000 decoding tokens: no option.
+    assert policy.replica_cost(turn, full, 2432) < policy.replica_cost(turn, holder, 32)
+    late = policy.choose(turn, [full], [holder], [], waited_s=waited)
+    assert late.option is Option.REPLICA and late.target is holder
+    # A replica with room for the copy stays an option, and the prices decide.
+    assert policy.choose(turn, [full, roomy], [holder], [], waited_s=waited).target is roomy
+
+
+def test_a_request_whose_prefix_is_held_here_is_forwarded_only_when_no_kv_room_is_left() -> None:
+    config = MeridianConfig(admission_tokens=1000, kv_capacity_tokens=4096)
+    policy = MeridianPolicy(config)
+    home, eu = target("home"), peer("eu", rtt_ms=80.0)
+    system = prefix(1, 150)  # 2,400 tokens
+    policy.select(request(system), [home])
+    turn = request(prefix(2, 2, system))
+    waited = config.wait_limit_s
+    # Before the wait limit a forward is a cold copy like any other: wait for the holder.
+    assert policy.choose(turn, [], [home], [eu]).option is Option.WAIT
+    # After it, the home holder still has KV room for the turn: it takes it.
+    assert policy.choose(turn, [], [home], [eu], waited_s=waited).target is home
+    # Home's look-ahead full (seconds of prefill past capacity): the peer is an option.
+    policy.select(sized(3000, "burst"), [home])
+    assert policy.choose(turn, [], [home], [eu], waited_s=waited).option is Option.PEER
+    # A prompt nothing here caches is forwarded on price alone, as before.
+    assert policy.choose(sized(500, "new"), [], [home], [eu]).option is Option.PEER
+
+
 def test_queued_requests_ahead_make_waiting_dearer() -> None:
     policy = MeridianPolicy(MeridianConfig(admission_tokens=100, affinity_tokens=1 << 20))
     holder, cold = target("holder"), target("cold")
@@ -231,21 +273,23 @@ def test_forward_only_when_the_peer_is_genuinely_cheaper() -> None:
 
 
 def test_a_forward_pays_for_the_locality_it_leaves_behind() -> None:
-    config = MeridianConfig(ewma_alpha=1.0)
+    config = MeridianConfig(ewma_alpha=1.0, kv_capacity_tokens=4096)
     policy = MeridianPolicy(config)
     home, near = target("home"), peer("eu", rtt_ms=80.0)
     doc = prefix(1, 40)
     policy.select(request(doc), [home])
-    # Home is held back behind seconds of queued prefill, so the peer is the choice.
+    # Home queues seconds of prefill past its KV capacity: once the request has
+    # waited the wait limit, the peer is the choice.
     policy.select(sized(8000, "huge"), [home])
     follow_up = request(prefix(2, 4, doc))
+    waited = config.wait_limit_s
     # Nothing routed yet was cached: no later request is expected to reuse this one.
     assert policy.reuse == 0.0
-    unlearned = policy.choose(follow_up, [], [home], [near]).cost_s
+    unlearned = policy.choose(follow_up, [], [home], [near], waited_s=waited).cost_s
     # A routed prompt that was 90 % cached teaches that most requests extend an earlier one.
     policy.select(request(prefix(3, 4, doc)), [home])
     assert policy.reuse == pytest.approx(1 - 64 / 704)
-    learned = policy.choose(follow_up, [], [home], [near])
+    learned = policy.choose(follow_up, [], [home], [near], waited_s=waited)
     # The follow-up would leave 64 new tokens and its reply missing at home.
     lost = policy.reuse * (64 + policy.predicted_output(follow_up)) * RATE
     assert learned.option is Option.PEER
