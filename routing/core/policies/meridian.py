@@ -433,13 +433,14 @@ class MeridianPolicy(PolicyBase):
     def replica_cost(self, request: RequestDescriptor, target: TargetState, uncached: int) -> float:
         """ttft + harm + pressure of sending ``request`` to ``target`` now."""
         model = self._model(target.target_id)
+        self._sync_rtt(target.target_id, model, self._rtt_s(target))
         return self._cost(model, target, uncached, self._decode_tokens(request))
 
     def _cost(self, model: ReplicaModel, target: TargetState, uncached: int, decode: int) -> float:
         cfg = self.config
         rate = model.prefill_s_per_token
         prefill_s = uncached * rate
-        ttft = self._rtt_s(target) + cfg.step_s + model.queued_prefill * rate + prefill_s
+        ttft = model.rtt_s + cfg.step_s + model.queued_prefill * rate + prefill_s
         harm = cfg.harm_weight * prefill_s * model.decoding
         # The KV it adds there: its uncached prompt and its look-ahead decode (the
         # cached prefix is held already, once for every request sharing it).
@@ -457,6 +458,12 @@ class MeridianPolicy(PolicyBase):
     def _rtt_s(self, target: TargetState) -> float:
         """The round trip to ``target`` from here, at least ``local_rtt_s``."""
         return max(self.config.local_rtt_s, target.extra.get(RTT_KEY, 0.0) / 1000.0)
+
+    def _sync_rtt(self, target_id: str, model: ReplicaModel, rtt_s: float) -> None:
+        """Keep the round trip the index and the learning use as the target says."""
+        if model.rtt_s != rtt_s:
+            model.rtt_s = rtt_s
+            self._reindex(target_id, model)
 
     def _decode_tokens(self, request: RequestDescriptor) -> int:
         """KV tokens the request's decoding adds within the look-ahead."""
@@ -498,7 +505,9 @@ class MeridianPolicy(PolicyBase):
         walked from an index kept sorted as ledgers change, by a floor no cost
         can go under whatever the request: ``Q * p`` plus the KV pressure of the
         ledger alone (pressure only grows with the newcomer's tokens and the
-        probe's usage).  The walk stops at the first target whose floor, plus
+        probe's usage) plus the round trip beyond ``local_rtt_s`` (as last seen:
+        the walk prices the target's own and re-places a target whose round trip
+        changed, after the walk).  The walk stops at the first target whose floor, plus
         ``(prompt + extra_tokens) * least rate + step + local_rtt_s`` (the least
         round trip), is no cheaper than
         the best found (harm is never negative): a decision prices the holders
@@ -516,8 +525,10 @@ class MeridianPolicy(PolicyBase):
             if target is None:
                 continue
             holders += 1
-            rate = self._model(target_id).prefill_s_per_token
-            cost = self._cost(self.replicas[target_id], target, tokens, decode)
+            model = self._model(target_id)
+            self._sync_rtt(target_id, model, self._rtt_s(target))
+            rate = model.prefill_s_per_token
+            cost = self._cost(model, target, tokens, decode)
             cost += extra_tokens * rate
             if best is None or (cost, load_key(target)) < (best_cost, load_key(best)):
                 best, best_cost = target, cost
@@ -540,6 +551,7 @@ class MeridianPolicy(PolicyBase):
         added = prompt + decode
         replicas = self.replicas
         get = by_id.get
+        moved: list[tuple[str, ReplicaModel, float]] = []
         for least_s, target_id in self._by_floor:
             if least_s + floor >= best_cost:
                 break
@@ -552,6 +564,8 @@ class MeridianPolicy(PolicyBase):
             rtt_s = target.extra.get(RTT_KEY, 0.0) / 1000.0
             if rtt_s < local_rtt_s:
                 rtt_s = local_rtt_s
+            if rtt_s != model.rtt_s:  # the index is walked: re-placed after the walk
+                moved.append((target_id, model, rtt_s))
             cost = rtt_s + step_s + model.queued_prefill * rate + prefill_s
             cost += harm_weight * prefill_s * model.decoding
             held = int(target.kv_usage * capacity)
@@ -563,6 +577,8 @@ class MeridianPolicy(PolicyBase):
             cost += extra_tokens * rate
             if cost < best_cost:
                 best, best_cost = target, cost
+        for target_id, model, rtt_s in moved:
+            self._sync_rtt(target_id, model, rtt_s)
         return best, best_cost
 
     def _best_peer(
@@ -607,7 +623,9 @@ class MeridianPolicy(PolicyBase):
             model.queued_prefill -= 0 if previous.prefilled else previous.uncached
             model.decoding -= 1 if previous.prefilled else 0
             self.decoding_total -= 1 if previous.prefilled else 0
-        model.rtt_s = self._rtt_s(target)  # what its first token's TTFT will carry
+        model.rtt_s = self._rtt_s(
+            target
+        )  # what its first token's TTFT will carry (reindexed below)
         entry = InFlight(uncached, uncached + self._decode_tokens(request), model.queued_prefill)
         model.inflight[request.request_id] = entry
         model.queued_prefill += uncached
@@ -636,11 +654,14 @@ class MeridianPolicy(PolicyBase):
         return model
 
     def _reindex(self, target_id: str, model: ReplicaModel) -> None:
-        """Move ``target_id`` to its place by its cost floor (O(log n) search)."""
+        """Move ``target_id`` to its place by its cost floor (O(log n) search): its
+        queued prefill, its ledger's KV pressure and its round trip beyond the local
+        one (as last seen: ``_sync_rtt``)."""
+        cfg = self.config
         queued_s = model.queued_prefill * model.prefill_s_per_token
-        over = model.kv_tokens - self.config.kv_capacity_tokens
+        over = model.kv_tokens - cfg.kv_capacity_tokens
         pressure_s = _drain_s(over, model.kv_tokens, model) if over > 0 else 0.0
-        key = (queued_s + pressure_s, target_id)
+        key = (queued_s + pressure_s + (model.rtt_s - cfg.local_rtt_s), target_id)
         old = self._floor_key.get(target_id)
         if old == key:
             return
