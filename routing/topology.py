@@ -54,6 +54,7 @@ def load_snapshot(balancer_name: str) -> TopologySnapshot:
         ) from None
     routable = Replica.objects.filter(state__in=Replica.ROUTABLE_STATES)
     owned = routable.filter(Q(balancer=me) | Q(balancer__isnull=True, region=me.region))
+    rtt = _rtt_by_region(me)
     replicas = tuple(
         ReplicaSpec(
             name=r.name,
@@ -62,6 +63,8 @@ def load_snapshot(balancer_name: str) -> TopologySnapshot:
             region=r.region.name,
             zone=r.zone.name,
             kind=r.kind,
+            # A replica owned across regions (failover) is that region's RTT away.
+            rtt_ms=0.0 if r.region_id == me.region_id else rtt.get(r.region_id, 0.0),
         )
         for r in owned.select_related("region", "zone").order_by("name")
     )
@@ -73,7 +76,7 @@ def load_snapshot(balancer_name: str) -> TopologySnapshot:
         region=me.region.name,
         url=me.url,
         replicas=replicas,
-        peers=_peers(me),
+        peers=_peers(me, rtt),
         models=models,
         served_models=frozenset(m for m in models if m in live_models),
         api_key_hashes=frozenset(k.key_hash for k in keys),
@@ -120,7 +123,8 @@ def model_spec(config: ServiceConfig) -> ModelSpec:
     )
 
 
-def _peers(me: Balancer) -> tuple[PeerSpec, ...]:
+def _rtt_by_region(me: Balancer) -> dict[int, float]:
+    """RTT in ms from this balancer's region to each region with a RegionLatency row."""
     rtt: dict[int, float] = {}
     pairs = RegionLatency.objects.filter(Q(source=me.region) | Q(target=me.region))
     for pair in pairs:
@@ -128,6 +132,10 @@ def _peers(me: Balancer) -> tuple[PeerSpec, ...]:
         # A row measured from this region wins over the reverse pair, in either order.
         if pair.source_id == me.region_id or other not in rtt:
             rtt[other] = pair.rtt_ms
+    return rtt
+
+
+def _peers(me: Balancer, rtt: dict[int, float]) -> tuple[PeerSpec, ...]:
     others = Balancer.objects.exclude(pk=me.pk).select_related("region").order_by("name")
     return tuple(
         PeerSpec(

@@ -43,7 +43,7 @@ from routing.core.lora import lora_affinity
 from routing.core.policy import CostModel, Policy, RouteLearner
 from routing.core.shared_state import ReplicaLoad, RouteRecord
 from routing.core.topology import ModelSpec, ReplicaSpec
-from routing.core.types import RequestDescriptor, TargetState
+from routing.core.types import RTT_KEY, RequestDescriptor, TargetState
 
 PolicyBuilder = Callable[[str, Mapping[str, Any]], Policy]
 Clock = Callable[[], float]
@@ -124,6 +124,7 @@ class LocalRouter:
                 target = TargetState(target_id=spec.name, url=spec.url)
             target.url, target.model, target.kind = spec.url, spec.model, spec.kind
             target.region, target.zone = spec.region, spec.zone
+            target.extra[RTT_KEY] = spec.rtt_ms
             target.outstanding = self.ledger.outstanding(spec.name)
             fresh[spec.name] = target
         self._targets = fresh

@@ -27,6 +27,10 @@ class ReplicaSpec:
     region: str
     zone: str
     kind: str
+    # Round trip from this balancer (0: unknown or in its region).  A balancer may own
+    # replicas far away (failover, a single balancer for every region): the cost model
+    # prices this round trip and learns prefill rates without it.
+    rtt_ms: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)

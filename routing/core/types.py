@@ -44,6 +44,11 @@ class RequestDescriptor:
         )
 
 
+# ``TargetState.extra`` key: the round trip to the target from this balancer, in ms
+# (a peer's from RegionLatency, a replica's from its ReplicaSpec).
+RTT_KEY = "rtt_ms"
+
+
 @dataclass(slots=True)
 class TargetState:
     """A replica (or a peer balancer) as the balancer sees it right now."""

@@ -128,7 +128,15 @@ class World:
         models = {MODEL: self.model_spec()}
         for lb in self.balancers.values():
             owned = [
-                ReplicaSpec(r.name, f"sim://{r.name}", MODEL, r.region, f"{r.region}-1", "reserved")
+                ReplicaSpec(
+                    r.name,
+                    f"sim://{r.name}",
+                    MODEL,
+                    r.region,
+                    f"{r.region}-1",
+                    "reserved",
+                    cfg.rtt_ms_between(lb.region, r.region),
+                )
                 for r in self.replicas.values()
                 if deployment == "single" or r.region == lb.region
             ]

@@ -4,6 +4,7 @@ across topology refreshes."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -118,6 +119,18 @@ def test_other_models_replicas_are_not_candidates() -> None:
     router.apply([_spec("a", "other")], {MODEL: ModelSpec(MODEL), "other": ModelSpec("other")})
     assert router.select(_request()).target is None
     assert router.available_by_model() == {"other": 1}
+
+
+def test_a_replica_abroad_carries_its_round_trip_to_the_policies() -> None:
+    router = LocalRouter(build_policy, max_outstanding=2)
+    models = {MODEL: ModelSpec(MODEL, "meridian")}
+    far = ReplicaSpec("far", "http://far", MODEL, "eu", "eu-1", "reserved", rtt_ms=80.0)
+    router.apply([_spec("near"), far], models)
+    assert {t.target_id: t.extra["rtt_ms"] for t in router.targets()} == {"far": 80.0, "near": 0.0}
+    # A refresh with a new measurement replaces it.
+    router.apply([_spec("near"), replace(far, rtt_ms=95.0)], models)
+    target = router.target("far")
+    assert target is not None and target.extra["rtt_ms"] == 95.0
 
 
 def test_refresh_keeps_probe_data_outstanding_and_policy_state() -> None:

@@ -16,10 +16,19 @@ Terms (seconds unless said), and where each number comes from:
 * ``p(r)``: prefill seconds per uncached prompt token on replica ``r``.
   Starts at ``prefill_s_per_token`` (the engine profile's: Llama-3.1-8B on an
   L4, 0.53 ms; 0.04 ms on an H100) and is learned online: every first token
-  that reaches the balancer gives a sample ``(TTFT - local_rtt_s - step_s) /
+  that reaches the balancer gives a sample ``(TTFT - rtt(r) - step_s) /
   (Q at dispatch + U)``, folded into an EWMA (``ewma_alpha``).  Samples over
   fewer than ``min_sample_tokens`` tokens are skipped (one step's overhead
   dominates them) and samples are clamped to 1/8..8x the default.
+* ``rtt(r)``: the round trip from this balancer to ``r``, from the topology
+  (``TargetState.extra["rtt_ms"]``, the replica's ``ReplicaSpec.rtt_ms``), at
+  least ``local_rtt_s``.  A balancer may own replicas in other regions (after
+  a failover, or one balancer for every region): a TTFT measured here carries
+  their 80-200 ms round trip, and a rate learned with one local round trip
+  folded it into the per-token rate (Mooncake on H100s, one balancer in
+  us-east: 0.09-0.16 ms per token learned abroad against the engine's 0.04),
+  which priced remote replicas 2-4x too slow to prefill and piled cold
+  prompts onto the near ones.  The round trip is priced once, in ``ttft(r)``.
 * ``itl(r)``: seconds per output token on ``r``, ``itl_s`` by default (one
   decode step of the profile), learned from ``(finish - first token) /
   (output tokens - 1)`` by the same EWMA.  It prices how soon a replica whose
@@ -32,7 +41,7 @@ Terms (seconds unless said), and where each number comes from:
   approximate radix tree of what was sent to each replica (SGLang's tree,
   bounded per replica by ``max_blocks_per_target``, the engine's KV capacity,
   so it forgets roughly what the engine's LRU would have evicted).
-* ``ttft(r) = local_rtt_s + step_s + (Q(r) + U(r)) * p(r)``: FCFS prefill
+* ``ttft(r) = rtt(r) + step_s + (Q(r) + U(r)) * p(r)``: FCFS prefill
   behind the queued work, plus one step and the round trip.
 * ``harm(r) = harm_weight * U(r) * p(r) * D(r)``: chunked prefill shares steps
   with the ``D(r)`` requests decoding on ``r`` (first token seen, not
@@ -170,7 +179,7 @@ from operator import attrgetter
 
 from routing.core.policy import Choice, Option, PolicyBase, load_key
 from routing.core.radix_tree import RadixTree
-from routing.core.types import RequestDescriptor, TargetState
+from routing.core.types import RTT_KEY, RequestDescriptor, TargetState
 
 _TARGET_ID = attrgetter("target_id")
 
@@ -237,6 +246,8 @@ class ReplicaModel:
     prefill_s_per_token: float
     itl_s: float
     mean_output: float
+    # The round trip to it when this balancer last sent it a request (``_rtt_s``).
+    rtt_s: float = 0.0
     queued_prefill: int = 0
     kv_tokens: int = 0
     decoding: int = 0
@@ -438,7 +449,7 @@ class MeridianPolicy(PolicyBase):
         work = entry.queued_ahead + entry.uncached
         if work >= self.config.min_sample_tokens:
             cfg = self.config
-            sample = max(0.0, ttft_s - cfg.local_rtt_s - cfg.step_s) / work
+            sample = max(0.0, ttft_s - model.rtt_s - cfg.step_s) / work
             sample = _clamp(sample, cfg.prefill_s_per_token / 8, cfg.prefill_s_per_token * 8)
             model.prefill_s_per_token = self._ewma(model.prefill_s_per_token, sample)
             # Off the decision path (a response arrived): a full scan is affordable here.
@@ -484,13 +495,14 @@ class MeridianPolicy(PolicyBase):
     def replica_cost(self, request: RequestDescriptor, target: TargetState, uncached: int) -> float:
         """ttft + harm + pressure of sending ``request`` to ``target`` now."""
         model = self._model(target.target_id)
+        self._sync_rtt(target.target_id, model, self._rtt_s(target))
         return self._cost(model, target, uncached, self._decode_tokens(request))
 
     def _cost(self, model: ReplicaModel, target: TargetState, uncached: int, decode: int) -> float:
         cfg = self.config
         rate = model.prefill_s_per_token
         prefill_s = uncached * rate
-        ttft = cfg.local_rtt_s + cfg.step_s + model.queued_prefill * rate + prefill_s
+        ttft = model.rtt_s + cfg.step_s + model.queued_prefill * rate + prefill_s
         harm = cfg.harm_weight * prefill_s * model.decoding
         # The KV it adds there: its uncached prompt and its look-ahead decode (the
         # cached prefix is held already, once for every request sharing it).
@@ -504,6 +516,16 @@ class MeridianPolicy(PolicyBase):
         if overflow <= 0:
             return 0.0
         return _drain_s(overflow, held, model)
+
+    def _rtt_s(self, target: TargetState) -> float:
+        """The round trip to ``target`` from here, at least ``local_rtt_s``."""
+        return max(self.config.local_rtt_s, target.extra.get(RTT_KEY, 0.0) / 1000.0)
+
+    def _sync_rtt(self, target_id: str, model: ReplicaModel, rtt_s: float) -> None:
+        """Keep the round trip the index and the learning use as the target says."""
+        if model.rtt_s != rtt_s:
+            model.rtt_s = rtt_s
+            self._reindex(target_id, model)
 
     def _decode_tokens(self, request: RequestDescriptor) -> int:
         """KV tokens the request's decoding adds within the look-ahead."""
@@ -545,8 +567,11 @@ class MeridianPolicy(PolicyBase):
         walked from an index kept sorted as ledgers change, by a floor no cost
         can go under whatever the request: ``Q * p`` plus the KV pressure of the
         ledger alone (pressure only grows with the newcomer's tokens and the
-        probe's usage).  The walk stops at the first target whose floor, plus
-        ``(prompt + extra_tokens) * least rate + step + rtt``, is no cheaper than
+        probe's usage) plus the round trip beyond ``local_rtt_s`` (as last seen:
+        the walk prices the target's own and re-places a target whose round trip
+        changed, after the walk).  The walk stops at the first target whose floor, plus
+        ``(prompt + extra_tokens) * least rate + step + local_rtt_s`` (the least
+        round trip), is no cheaper than
         the best found (harm is never negative): a decision prices the holders
         and the few cold targets that could win, not every candidate.  Holders
         tie-break by ``load_key``; cold targets by the index (floor, then id).
@@ -562,8 +587,10 @@ class MeridianPolicy(PolicyBase):
             if target is None:
                 continue
             holders += 1
-            rate = self._model(target_id).prefill_s_per_token
-            cost = self._cost(self.replicas[target_id], target, tokens, decode)
+            model = self._model(target_id)
+            self._sync_rtt(target_id, model, self._rtt_s(target))
+            rate = model.prefill_s_per_token
+            cost = self._cost(model, target, tokens, decode)
             cost += extra_tokens * rate
             if best is None or (cost, load_key(target)) < (best_cost, load_key(best)):
                 best, best_cost = target, cost
@@ -574,8 +601,8 @@ class MeridianPolicy(PolicyBase):
                 self._model(target_id)  # a target never seen: index it (idle, default rates)
         cfg = self.config
         prompt = request.prompt_tokens
-        fixed_s = cfg.local_rtt_s + cfg.step_s
-        floor = fixed_s + (prompt + extra_tokens) * self._least_rate
+        local_rtt_s, step_s = cfg.local_rtt_s, cfg.step_s
+        floor = local_rtt_s + step_s + (prompt + extra_tokens) * self._least_rate
         # ``_cost`` and ``_pressure_s`` inlined, the same arithmetic in the same order:
         # when the prompt and its look-ahead exceed the KV capacity, every cold replica
         # carries at least a request lifetime of pressure that the floor cannot see (it
@@ -586,6 +613,7 @@ class MeridianPolicy(PolicyBase):
         added = prompt + decode
         replicas = self.replicas
         get = by_id.get
+        moved: list[tuple[str, ReplicaModel, float]] = []
         for least_s, target_id in self._by_floor:
             if least_s + floor >= best_cost:
                 break
@@ -595,7 +623,12 @@ class MeridianPolicy(PolicyBase):
             model = replicas[target_id]
             rate = model.prefill_s_per_token
             prefill_s = prompt * rate
-            cost = fixed_s + model.queued_prefill * rate + prefill_s
+            rtt_s = target.extra.get(RTT_KEY, 0.0) / 1000.0
+            if rtt_s < local_rtt_s:
+                rtt_s = local_rtt_s
+            if rtt_s != model.rtt_s:  # the index is walked: re-placed after the walk
+                moved.append((target_id, model, rtt_s))
+            cost = rtt_s + step_s + model.queued_prefill * rate + prefill_s
             cost += harm_weight * prefill_s * model.decoding
             held = int(target.kv_usage * capacity)
             if model.kv_tokens > held:
@@ -606,6 +639,8 @@ class MeridianPolicy(PolicyBase):
             cost += extra_tokens * rate
             if cost < best_cost:
                 best, best_cost = target, cost
+        for target_id, model, rtt_s in moved:
+            self._sync_rtt(target_id, model, rtt_s)
         return best, best_cost
 
     def _best_peer(
@@ -650,6 +685,9 @@ class MeridianPolicy(PolicyBase):
             model.queued_prefill -= 0 if previous.prefilled else previous.uncached
             model.decoding -= 1 if previous.prefilled else 0
             self.decoding_total -= 1 if previous.prefilled else 0
+        model.rtt_s = self._rtt_s(
+            target
+        )  # what its first token's TTFT will carry (reindexed below)
         entry = InFlight(uncached, uncached + self._decode_tokens(request), model.queued_prefill)
         model.inflight[request.request_id] = entry
         model.queued_prefill += uncached
@@ -667,7 +705,10 @@ class MeridianPolicy(PolicyBase):
         if model is None:
             cfg = self.config
             model = ReplicaModel(
-                cfg.prefill_s_per_token, cfg.itl_s, float(cfg.default_output_tokens)
+                cfg.prefill_s_per_token,
+                cfg.itl_s,
+                float(cfg.default_output_tokens),
+                cfg.local_rtt_s,
             )
             self.replicas[target_id] = model
             self._least_rate = min(self._least_rate, model.prefill_s_per_token)
@@ -675,11 +716,14 @@ class MeridianPolicy(PolicyBase):
         return model
 
     def _reindex(self, target_id: str, model: ReplicaModel) -> None:
-        """Move ``target_id`` to its place by its cost floor (O(log n) search)."""
+        """Move ``target_id`` to its place by its cost floor (O(log n) search): its
+        queued prefill, its ledger's KV pressure and its round trip beyond the local
+        one (as last seen: ``_sync_rtt``)."""
+        cfg = self.config
         queued_s = model.queued_prefill * model.prefill_s_per_token
-        over = model.kv_tokens - self.config.kv_capacity_tokens
+        over = model.kv_tokens - cfg.kv_capacity_tokens
         pressure_s = _drain_s(over, model.kv_tokens, model) if over > 0 else 0.0
-        key = (queued_s + pressure_s, target_id)
+        key = (queued_s + pressure_s + (model.rtt_s - cfg.local_rtt_s), target_id)
         old = self._floor_key.get(target_id)
         if old == key:
             return

@@ -135,3 +135,7 @@ def test_a_single_balancer_routes_every_region_to_every_replica(
     run = world.run()
     assert {r.journey.served_region for r in run.records} == {"us-east", "eu-west"}
     assert not any(r.journey.forwarded for r in run.records)
+    # It knows how far each replica is, as a cost model needs to (the demo's 80 ms).
+    router = world.balancers["us-east-lb"].router
+    rtt = {t.target_id: t.extra["rtt_ms"] for t in router.targets()}
+    assert rtt == {"us-east-r1": 1.0, "us-east-r2": 1.0, "eu-west-r1": 80.0}

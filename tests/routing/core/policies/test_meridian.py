@@ -333,6 +333,52 @@ def test_rates_are_learned_from_first_tokens_and_inter_token_latency() -> None:
     assert policy.replicas["a"].prefill_s_per_token == before
 
 
+H100_RATE = 0.04e-3
+
+
+def remote(name: str, rtt_ms: float) -> TargetState:
+    """A replica this balancer owns in another region, ``rtt_ms`` away."""
+    return target(name, extra={"rtt_ms": rtt_ms})
+
+
+def test_a_remote_replica_learns_the_true_rate_without_its_round_trip() -> None:
+    config = MeridianConfig(prefill_s_per_token=H100_RATE)
+    policy = MeridianPolicy(config)
+    far, near = remote("far", 150.0), remote("near", 1.0)
+    for n in range(20):
+        for replica in (far, near):
+            r = sized(12_000, f"{replica.target_id}-{n}")
+            policy.select(r, [replica])
+            rtt_s = replica.extra["rtt_ms"] / 1000.0
+            # What the balancer measures: the round trip, one step, the prefill.
+            policy.observe_first_token(
+                r, replica.target_id, rtt_s + config.step_s + 12_000 * H100_RATE
+            )
+            policy.on_complete(r, replica, ok=True)
+    # Folding the 150 ms into the rate would have learned 0.0165 ms per token more.
+    assert policy.replicas["far"].prefill_s_per_token == pytest.approx(H100_RATE)
+    assert policy.replicas["near"].prefill_s_per_token == pytest.approx(H100_RATE)
+
+
+def test_a_remote_replica_costs_its_round_trip_once() -> None:
+    policy = MeridianPolicy()
+    far, near = remote("far", 150.0), target("near")
+    r = sized(2000, "r")
+    extra_s = policy.replica_cost(r, far, 2000) - policy.replica_cost(r, near, 2000)
+    assert extra_s == pytest.approx(0.150 - MeridianConfig().local_rtt_s)
+
+
+def test_a_cold_prompt_crosses_the_ocean_only_when_the_queue_here_is_longer() -> None:
+    policy = MeridianPolicy(MeridianConfig(prefill_s_per_token=H100_RATE, affinity_tokens=10**6))
+    far, near = remote("far", 150.0), target("near")
+    # 2,000 queued tokens at 0.04 ms: 80 ms of prefill ahead, less than the round trip.
+    policy.select(sized(2000, "q1"), [near])
+    assert policy.select(sized(8000, "a"), [near, far]) is near
+    # 12,000 more (0.56 s in all): now the far replica is cheaper, RTT included.
+    policy.select(sized(12_000, "q2"), [near])
+    assert policy.select(sized(8000, "b"), [near, far]) is far
+
+
 def test_the_predicted_output_falls_back_to_what_was_seen_capped_by_max_tokens() -> None:
     policy = MeridianPolicy(MeridianConfig(default_output_tokens=300))
     assert policy.predicted_output(sized(10, "a", output=42)) == 42
@@ -378,7 +424,8 @@ def test_targets_that_left_are_forgotten() -> None:
 def test_the_indexed_walk_finds_the_cheapest_of_every_candidate(kv_capacity: int) -> None:
     rng = random.Random(7)
     policy = MeridianPolicy(MeridianConfig(kv_capacity_tokens=kv_capacity))
-    targets = [target(f"r{i:02d}") for i in range(40)]
+    # Some replicas abroad: their round trip is priced in the walk as in replica_cost.
+    targets = [remote(f"r{i:02d}", (0.0, 1.0, 80.0, 150.0)[i % 4]) for i in range(40)]
     for t in targets:
         t.kv_usage = rng.random()
     docs = [prefix(d, 8) for d in range(6)]
@@ -407,7 +454,7 @@ def test_the_indexed_walk_finds_the_cheapest_of_every_candidate(kv_capacity: int
 def test_the_walk_prices_cold_replicas_exactly_as_replica_cost() -> None:
     rng = random.Random(11)
     policy = MeridianPolicy(MeridianConfig(kv_capacity_tokens=4096, affinity_tokens=10**6))
-    targets = [target(f"r{i:02d}") for i in range(30)]
+    targets = [remote(f"r{i:02d}", (0.0, 1.0, 80.0, 150.0)[i % 4]) for i in range(30)]
     for t in targets:
         t.kv_usage = rng.random()
     for n in range(200):
