@@ -98,8 +98,13 @@ def test_forwarding_happens_when_the_peer_beats_waiting_and_never_twice() -> Non
     beat = Heartbeat("near", "eu", "http://near", 0.0, 1, 1, 0, 0, {MODEL: 1}, estimates={MODEL: 0})
     remote.record_report("near", beat)
     assert sent_to(core.arrive(ticket("big", 8000), clock.now)) == "a"
-    # a queues 8,000 tokens (4 s); the peer is 80 ms plus its own empty queue away.
-    assert sent_to(core.arrive(ticket("r1", 300), clock.now)) == "near"
+    # a queues 8,000 tokens (4 s); the peer is 80 ms plus its own empty queue away.  A
+    # cold prompt, which a holds nothing of, goes to the cheaper peer ...
+    cold = Ticket(RequestDescriptor("r1", MODEL, 300, tuple(range(900, 918))), "r1")
+    assert sent_to(core.arrive(cold, clock.now)) == "near"
+    # ... while one that a caches part of stays for its holder until the wait limit
+    # (prefix affinity: a forward would copy the prefix into the peer's cache).
+    assert isinstance(core.arrive(ticket("held", 300), clock.now), Wait)
     # A request forwarded here may not go on to another peer: it waits.
     assert isinstance(core.arrive(ticket("r2", 300, forwarded=True), clock.now), Wait)
     report = availability_report(
