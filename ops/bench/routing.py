@@ -44,7 +44,7 @@ from ops.bench.against_sglang import compare, cpu_count_note
 from ops.bench.prompt_cost import chat_messages, model_encoder, prompt_cost_table, words_for
 from routing.core.blocks import block_hashes
 from routing.core.cache_map import CacheMap
-from routing.core.policy import Policy
+from routing.core.policy import CostModel, Policy
 from routing.core.prefix_trie import PrefixTrie
 from routing.core.radix_tree import RadixTree
 from routing.core.registry import build_policy, policy_defaults, policy_names
@@ -267,6 +267,10 @@ def decision_row(name: str, n_targets: int, sizes: Sizes, seed: int) -> list[str
     targets = make_targets(n_targets, work.rng)
     policy = build_policy(name)
     policy.on_targets_changed([t.target_id for t in targets])
+    if isinstance(policy, CostModel):
+        # As the router does with each probe it records: a cost model hears KV usage.
+        for target in targets:
+            policy.observe_probe(target.target_id, target.kv_usage)
     preload(policy, work, targets, sizes.prefixes)
     cells: list[str] = []
     verdict = "-"

@@ -102,7 +102,7 @@ def test_kv_look_ahead_prices_a_replica_that_would_overflow() -> None:
     extra = policy.replica_cost(newcomer, full, 200) - policy.replica_cost(newcomer, empty, 200)
     assert extra == pytest.approx(overflow * lifetime / 4000)
     # The probe's KV usage counts too, when it shows more than the ledger.
-    empty.kv_usage = 0.99
+    policy.observe_probe("empty", 0.99)
     assert policy.replica_cost(newcomer, empty, 200) > policy.replica_cost(newcomer, full, 200)
 
 
@@ -336,7 +336,7 @@ def test_the_indexed_walk_finds_the_cheapest_of_every_candidate(kv_capacity: int
     policy = MeridianPolicy(MeridianConfig(kv_capacity_tokens=kv_capacity))
     targets = [target(f"r{i:02d}") for i in range(40)]
     for t in targets:
-        t.kv_usage = rng.random()
+        policy.observe_probe(t.target_id, rng.random())
     docs = [prefix(d, 8) for d in range(6)]
     for n in range(300):
         doc = rng.choice(docs)
@@ -365,7 +365,7 @@ def test_the_walk_prices_cold_replicas_exactly_as_replica_cost() -> None:
     policy = MeridianPolicy(MeridianConfig(kv_capacity_tokens=4096, affinity_tokens=10**6))
     targets = [target(f"r{i:02d}") for i in range(30)]
     for t in targets:
-        t.kv_usage = rng.random()
+        policy.observe_probe(t.target_id, rng.random())
     for n in range(200):
         r = sized(rng.randrange(16, 9000), f"load-{n}", output=rng.randrange(1, 600))
         chosen = policy.select(r, rng.sample(targets, 20))
