@@ -5,7 +5,7 @@ one; the others (cold: their uncached tokens are the whole prompt) it walks from
 this index, in an order where a lower bound of every replica not yet priced is
 known, and stops once that bound cannot beat the best price found.  The index
 keeps three orders of the same replicas, each a sorted list of ``(key, id)``,
-re-filed (O(log n) search, one list move) whenever a ledger, a learned rate or a
+re-filed (O(log n) search, one list move) when a ledger, a learned rate or a
 probe's KV usage changes:
 
 * ``by_floor``: queued prefill seconds plus the KV pressure of the ledger alone.
@@ -34,38 +34,61 @@ from collections.abc import Container, KeysView
 
 
 class CostFloors:
-    """Three sorted orders of one set of replicas, and the probe usage filed for each."""
+    """Three sorted orders of one set of replicas.
+
+    ``by_floor`` is re-filed at once; ``by_base`` and ``by_slope`` only serve requests
+    larger than the KV capacity, so a change marks the replica ``stale`` and the
+    policy re-files the stale ones before such a walk (``file_overflow``): a
+    decision that fits pays one list move per change, not three.
+    """
 
     def __init__(self) -> None:
         self.by_floor: list[tuple[float, str]] = []
         self.by_base: list[tuple[float, str]] = []
         self.by_slope: list[tuple[float, str]] = []
-        self._keys: dict[str, tuple[float, float, float]] = {}
+        self.stale: set[str] = set()
+        self._floor: dict[str, float] = {}
+        self._overflow: dict[str, tuple[float, float]] = {}
 
     def __contains__(self, target_id: object) -> bool:
-        return target_id in self._keys
+        return target_id in self._floor
 
     def ids(self) -> KeysView[str]:
-        return self._keys.keys()
+        return self._floor.keys()
 
-    def file(self, target_id: str, floor: float, base: float, slope: float) -> None:
-        """Move ``target_id`` to its place in each order (a no-op when nothing moved)."""
-        keys = (floor, base, slope)
-        old = self._keys.get(target_id)
-        if old == keys:
+    def file_floor(self, target_id: str, floor: float) -> None:
+        """Move ``target_id`` to its place by ``floor``; its other keys go stale."""
+        self.stale.add(target_id)
+        old = self._floor.get(target_id)
+        if old == floor:
             return
-        lists = (self.by_floor, self.by_base, self.by_slope)
-        for ordered, new_key, old_key in zip(lists, keys, old or keys, strict=True):
-            if old is not None:
-                if old_key == new_key:
-                    continue
+        if old is not None:
+            del self.by_floor[bisect_left(self.by_floor, (old, target_id))]
+        insort(self.by_floor, (floor, target_id))
+        self._floor[target_id] = floor
+
+    def file_overflow(self, target_id: str, base: float, slope: float) -> None:
+        """Move ``target_id`` to its places by ``base`` and ``slope``."""
+        self.stale.discard(target_id)
+        old = self._overflow.get(target_id)
+        if old == (base, slope):
+            return
+        for ordered, new_key, old_key in (
+            (self.by_base, base, old[0] if old else None),
+            (self.by_slope, slope, old[1] if old else None),
+        ):
+            if old_key == new_key:
+                continue
+            if old_key is not None:
                 del ordered[bisect_left(ordered, (old_key, target_id))]
             insort(ordered, (new_key, target_id))
-        self._keys[target_id] = keys
+        self._overflow[target_id] = (base, slope)
 
     def retain(self, keep: Container[str]) -> None:
         """Forget every replica not in ``keep``."""
         self.by_floor = [k for k in self.by_floor if k[1] in keep]
         self.by_base = [k for k in self.by_base if k[1] in keep]
         self.by_slope = [k for k in self.by_slope if k[1] in keep]
-        self._keys = {k: v for k, v in self._keys.items() if k in keep}
+        self.stale = {k for k in self.stale if k in keep}
+        self._floor = {k: v for k, v in self._floor.items() if k in keep}
+        self._overflow = {k: v for k, v in self._overflow.items() if k in keep}

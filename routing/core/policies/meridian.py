@@ -536,6 +536,8 @@ class MeridianPolicy(PolicyBase):
         added = prompt + decode
         over = added - capacity
         if over >= 0:
+            if floors.stale:
+                self._refile_stale()
             first, second, slope_weight = floors.by_base, floors.by_slope, over
         else:
             first, second, slope_weight = floors.by_floor, floors.by_floor, 0
@@ -648,16 +650,23 @@ class MeridianPolicy(PolicyBase):
         return model
 
     def _reindex(self, target_id: str, model: ReplicaModel) -> None:
-        """File ``target_id``'s cost floors (``routing.core.cost_floors``)."""
-        capacity = self.config.kv_capacity_tokens
+        """File ``target_id``'s cost floor (``routing.core.cost_floors``); its overflow
+        keys go stale until a request larger than the capacity needs them."""
         queued_s = model.queued_prefill * model.prefill_s_per_token
-        over = model.kv_tokens - capacity
+        over = model.kv_tokens - self.config.kv_capacity_tokens
         floor = queued_s + (_drain_s(over, model.kv_tokens, model) if over > 0 else 0.0)
-        held = int(model.kv_usage * capacity)
-        held = max(held, model.kv_tokens)
-        lifetime = model.mean_output * model.itl_s
-        base = queued_s + (lifetime if held >= 1 else 0.0)
-        self.floors.file(target_id, floor, base, lifetime / max(1, held))
+        self.floors.file_floor(target_id, floor)
+
+    def _refile_stale(self) -> None:
+        """File the overflow keys of every replica whose state moved since."""
+        floors, capacity = self.floors, self.config.kv_capacity_tokens
+        for target_id in tuple(floors.stale):
+            model = self.replicas[target_id]
+            held = max(int(model.kv_usage * capacity), model.kv_tokens)
+            lifetime = model.mean_output * model.itl_s
+            base = model.queued_prefill * model.prefill_s_per_token
+            base += lifetime if held >= 1 else 0.0
+            floors.file_overflow(target_id, base, lifetime / max(1, held))
 
     def _lowest_rate(self) -> float:
         rates = (m.prefill_s_per_token for m in self.replicas.values())

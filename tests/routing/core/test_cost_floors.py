@@ -7,29 +7,48 @@ from hypothesis import strategies as st
 
 from routing.core.cost_floors import CostFloors
 
+ids = st.sampled_from("abcdef")
 keys = st.sampled_from([0.0, 0.5, 1.0, 2.5, 9.0])
-ops = st.lists(
-    st.tuples(st.sampled_from("abcdef"), keys, keys, keys)
-    | st.frozensets(st.sampled_from("abcdef")),
+steps = st.lists(
+    st.tuples(st.just("floor"), ids, keys)
+    | st.tuples(st.just("overflow"), ids, keys, keys)
+    | st.tuples(st.just("retain"), st.frozensets(ids)),
     max_size=40,
 )
 
 
 @settings(max_examples=200, deadline=None, derandomize=True)
-@given(ops)
-def test_each_order_is_the_sorted_latest_keys_of_the_replicas_kept(steps: list[object]) -> None:
+@given(steps)
+def test_each_order_is_the_sorted_latest_keys_and_changes_leave_the_rest_stale(
+    script: list[tuple[object, ...]],
+) -> None:
     floors = CostFloors()
-    latest: dict[str, tuple[float, float, float]] = {}
-    for step in steps:
-        if isinstance(step, frozenset):
-            floors.retain(step)
-            latest = {k: v for k, v in latest.items() if k in step}
+    floor: dict[str, float] = {}
+    overflow: dict[str, tuple[float, float]] = {}
+    stale: set[str] = set()
+    for kind, *args in script:
+        if kind == "floor":
+            target_id, key = args
+            assert isinstance(target_id, str) and isinstance(key, float)
+            floors.file_floor(target_id, key)
+            floor[target_id] = key
+            stale.add(target_id)
+        elif kind == "overflow":
+            target_id, base, slope = args
+            assert isinstance(target_id, str)
+            assert isinstance(base, float) and isinstance(slope, float)
+            floors.file_overflow(target_id, base, slope)
+            overflow[target_id] = (base, slope)
+            stale.discard(target_id)
         else:
-            assert isinstance(step, tuple)
-            target_id, floor, base, slope = step
-            floors.file(target_id, floor, base, slope)
-            latest[target_id] = (floor, base, slope)
-    orders = (floors.by_floor, floors.by_base, floors.by_slope)
-    for column, order in enumerate(orders):
-        assert order == sorted((v[column], k) for k, v in latest.items())
-    assert set(floors.ids()) == set(latest) and all(k in floors for k in latest)
+            (keep,) = args
+            assert isinstance(keep, frozenset)
+            floors.retain(keep)
+            floor = {k: v for k, v in floor.items() if k in keep}
+            overflow = {k: v for k, v in overflow.items() if k in keep}
+            stale &= keep
+    assert floors.by_floor == sorted((v, k) for k, v in floor.items())
+    assert floors.by_base == sorted((v[0], k) for k, v in overflow.items())
+    assert floors.by_slope == sorted((v[1], k) for k, v in overflow.items())
+    assert floors.stale == stale
+    assert set(floors.ids()) == set(floor) and all(k in floors for k in floor)
