@@ -30,7 +30,7 @@ Plain data, no I/O: the policy computes the keys and files them.
 from __future__ import annotations
 
 from bisect import bisect_left, insort
-from collections.abc import Container, KeysView
+from collections.abc import Container, Iterator, KeysView
 
 
 class CostFloors:
@@ -83,6 +83,28 @@ class CostFloors:
                 del ordered[bisect_left(ordered, (old_key, target_id))]
             insort(ordered, (new_key, target_id))
         self._overflow[target_id] = (base, slope)
+
+    def overflow_order(self, excess: int) -> Iterator[tuple[float, str]]:
+        """``(bound, id)`` over every replica once, for a request whose own KV is
+        ``excess`` tokens over the capacity: ``by_base`` and ``by_slope`` taken in
+        turn, each id with ``base + excess * slope`` of the two cursors when it
+        came up, a bound on that replica and on every one after it.  Call only
+        with no replica ``stale``."""
+        first, second = self.by_base, self.by_slope
+        size = len(first)
+        seen: set[str] = set()
+        i = j = 0
+        while i < size and j < size:
+            bound = first[i][0] + excess * second[j][0]
+            if (i + j) % 2:
+                target_id = second[j][1]
+                j += 1
+            else:
+                target_id = first[i][1]
+                i += 1
+            if target_id not in seen:
+                seen.add(target_id)
+                yield bound, target_id
 
     def retain(self, keep: Container[str]) -> None:
         """Forget every replica not in ``keep``."""

@@ -148,7 +148,7 @@ state: the lower id), so decisions are deterministic.
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter
 
@@ -535,12 +535,11 @@ class MeridianPolicy(PolicyBase):
         capacity = cfg.kv_capacity_tokens
         added = prompt + decode
         over = added - capacity
+        order: Iterable[tuple[float, str]] = floors.by_floor
         if over >= 0:
             if floors.stale:
                 self._refile_stale()
-            first, second, slope_weight = floors.by_base, floors.by_slope, over
-        else:
-            first, second, slope_weight = floors.by_floor, floors.by_floor, 0
+            order = floors.overflow_order(over)
         fixed_s = cfg.local_rtt_s + cfg.step_s
         floor = fixed_s + (prompt + extra_tokens) * self._least_rate
         # ``_cost`` and ``_pressure_s`` inlined, the same arithmetic in the same order:
@@ -548,25 +547,12 @@ class MeridianPolicy(PolicyBase):
         harm_weight = cfg.harm_weight
         replicas = self.replicas
         get = by_id.get
-        seen: set[str] = set()
-        turn = over >= 0  # two orders taken in turn; one (``i`` only) when it fits
-        size = len(first)
-        i = j = 0
-        take_second = False
-        while i < size and j < size:
-            if floor + first[i][0] + slope_weight * second[j][0] >= best_cost:
+        for least_s, target_id in order:
+            if least_s + floor >= best_cost:
                 break
-            if take_second:
-                target_id = second[j][1]
-                j += 1
-            else:
-                target_id = first[i][1]
-                i += 1
-            take_second = turn and not take_second
             target = get(target_id)
-            if target is None or target_id in uncached or target_id in seen:
+            if target is None or target_id in uncached:
                 continue
-            seen.add(target_id)
             model = replicas[target_id]
             rate = model.prefill_s_per_token
             prefill_s = prompt * rate
