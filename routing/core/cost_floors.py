@@ -20,8 +20,8 @@ probe's KV usage changes:
   in both keys, so the walk takes the two lists in turn (Fagin's threshold
   algorithm): every replica not yet priced has ``base`` and ``slope`` at least
   those under the two cursors, which bounds its price.  ``held`` depends on the
-  probe's ``kv_usage``, so the policy re-files a replica on every probe
-  (``observe_probe``): without it no bound could see that a fuller replica frees
+  probe's ``kv_usage``, so a probe (``observe_probe``) re-files the replica as a
+  ledger change does: without it no bound could see that a fuller replica frees
   room sooner, and a prompt larger than the capacity priced every cold replica.
 
 Plain data, no I/O: the policy computes the keys and files them.
