@@ -2,7 +2,8 @@
 
 Three tables, all measured in this process on the very policy objects the balancer runs:
 
-1. **Decision cost** — p50/p99 microseconds of one ``select`` (tokenization excluded)
+1. **Decision cost** — p50/p99 microseconds of one ``select`` (tokenization excluded;
+   wall-clock, or this thread's CPU time with ``--cpu-time``)
    for prompts of 512, 4k and 32k tokens (32, 256 and 2048 block hashes) over 8, 64
    and 512 targets.  Stateful policies (``skylb``, ``sglang``, ``cache_map``) are first
    pre-loaded with ``--prefixes`` cached prefixes (100k by default: 1,000 shared
@@ -44,7 +45,7 @@ from ops.bench.against_sglang import compare, cpu_count_note
 from ops.bench.prompt_cost import chat_messages, model_encoder, prompt_cost_table, words_for
 from routing.core.blocks import block_hashes
 from routing.core.cache_map import CacheMap
-from routing.core.policy import Policy
+from routing.core.policy import CostModel, Policy
 from routing.core.prefix_trie import PrefixTrie
 from routing.core.radix_tree import RadixTree
 from routing.core.registry import build_policy, policy_defaults, policy_names
@@ -93,6 +94,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="chat requests per row of the whole-decision table (default 30, --quick 2)",
     )
     parser.add_argument(
+        "--cpu-time",
+        action="store_true",
+        help="time decisions in this thread's CPU time, not wall-clock time: on a shared "
+        "machine a decision preempted by another process then counts only its own work "
+        "(each reading costs about a microsecond more)",
+    )
+    parser.add_argument(
         "--against-sglang",
         metavar="PATH",
         default=None,
@@ -115,8 +123,13 @@ def run(options: dict[str, Any], stdout: TextIO) -> None:
     if unknown:
         raise ValueError(f"unknown policies: {', '.join(unknown)}")
     seed = int(options.get("seed") or 0)
-    stdout.write(f"decision cost per select, microseconds ({sizes.prefixes} cached prefixes)\n")
-    stdout.write(format_table(*decision_table(names, sizes, seed)) + "\n")
+    cpu_time = bool(options.get("cpu_time"))
+    clock = time.thread_time_ns if cpu_time else time.perf_counter_ns
+    kind = "thread CPU" if cpu_time else "wall-clock"
+    stdout.write(
+        f"decision cost per select, {kind} microseconds ({sizes.prefixes} cached prefixes)\n"
+    )
+    stdout.write(format_table(*decision_table(names, sizes, seed, clock)) + "\n")
     stdout.write("tokenization + block hashing, microseconds per 8k tokens\n")
     stdout.write(format_table(*tokenize_table(sizes, seed)) + "\n")
     stdout.write("memory of cached prefixes at the configured bounds (tracemalloc)\n")
@@ -226,7 +239,12 @@ def percentile(samples: Sequence[float], q: float) -> float:
 
 
 def time_selects(
-    policy: Policy, work: Workload, targets: list[TargetState], blocks: int, samples: int
+    policy: Policy,
+    work: Workload,
+    targets: list[TargetState],
+    blocks: int,
+    samples: int,
+    clock: Callable[[], int] = time.perf_counter_ns,
 ) -> list[float]:
     """Microseconds per select for follow-up prompts reusing 3/4 of an earlier prompt."""
     bases = [work.fresh(blocks) for _ in range(16)]
@@ -239,7 +257,6 @@ def time_selects(
     ]
     gc.collect()
     out: list[float] = []
-    clock = time.perf_counter_ns
     for req in requests:
         start = clock()
         policy.select(req, targets)
@@ -248,7 +265,7 @@ def time_selects(
 
 
 def decision_table(
-    names: Sequence[str], sizes: Sizes, seed: int
+    names: Sequence[str], sizes: Sizes, seed: int, clock: Callable[[], int] = time.perf_counter_ns
 ) -> tuple[list[str], list[list[str]]]:
     headers = ["policy", "targets"]
     for tokens in PROMPT_TOKENS:
@@ -258,20 +275,32 @@ def decision_table(
     rows: list[list[str]] = []
     for name in names:
         for n_targets in sizes.targets:
-            rows.append([name, str(n_targets), *decision_row(name, n_targets, sizes, seed)])
+            row = decision_row(name, n_targets, sizes, seed, clock)
+            rows.append([name, str(n_targets), *row])
     return headers, rows
 
 
-def decision_row(name: str, n_targets: int, sizes: Sizes, seed: int) -> list[str]:
+def decision_row(
+    name: str,
+    n_targets: int,
+    sizes: Sizes,
+    seed: int,
+    clock: Callable[[], int] = time.perf_counter_ns,
+) -> list[str]:
     work = Workload(seed)
     targets = make_targets(n_targets, work.rng)
     policy = build_policy(name)
     policy.on_targets_changed([t.target_id for t in targets])
+    if isinstance(policy, CostModel):
+        # As the router does with each probe it records: a cost model hears KV usage.
+        for target in targets:
+            policy.observe_probe(target.target_id, target.kv_usage)
     preload(policy, work, targets, sizes.prefixes)
     cells: list[str] = []
     verdict = "-"
     for tokens in PROMPT_TOKENS:
-        samples = time_selects(policy, work, targets, tokens // BLOCK_TOKENS, sizes.samples)
+        blocks = tokens // BLOCK_TOKENS
+        samples = time_selects(policy, work, targets, blocks, sizes.samples, clock)
         p50, p99 = percentile(samples, 0.5), percentile(samples, 0.99)
         cells += [f"{p50:.1f}", f"{p99:.1f}"]
         if tokens == 4096:

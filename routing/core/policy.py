@@ -69,7 +69,8 @@ class CostModel(Protocol):
     ``routing.core.remote.place`` asks such a policy to ``choose`` instead of
     running Algorithm 1's local-first rule, and its token ``admits`` replaces
     SP-P's push budget when the service pushes by ``tokens``.  Timings come from
-    the dispatch core (``observe_first_token``/``observe_finish``); no clock here.
+    the dispatch core (``observe_first_token``/``observe_finish``), KV usage from
+    the prober (``observe_probe``); no clock here.
     """
 
     name: str
@@ -110,6 +111,10 @@ class CostModel(Protocol):
         self, request: RequestDescriptor, target_id: str, decode_s: float, output_tokens: int
     ) -> None:
         """``request`` produced ``output_tokens`` in ``decode_s`` after its first token."""
+        ...
+
+    def observe_probe(self, target_id: str, kv_usage: float) -> None:
+        """A probe of ``target_id`` read its KV usage (``TargetState.kv_usage``)."""
         ...
 
 

@@ -151,6 +151,10 @@ class LocalRouter:
             rebuilt = old_policies.get(model, (None, None))[1] is not policy
             if rebuilt or before.get(model) != after.get(model):
                 policy.on_targets_changed(after.get(model, []))
+        # A rebuilt cost model or a new replica learns the usage already probed.
+        for model, cost_model in self._cost_models.items():
+            for name in after.get(model, []):
+                cost_model.observe_probe(name, self._targets[name].kv_usage)
         self._notify()
 
     def _policy_for(self, spec: ModelSpec) -> tuple[ModelSpec, Policy]:
@@ -372,6 +376,9 @@ class LocalRouter:
             target.consecutive_failures = 0
         target.running, target.waiting, target.kv_usage = load.running, load.waiting, load.kv_usage
         target.lora = load.lora
+        cost_model = self._cost_models.get(target.model)
+        if cost_model is not None:
+            cost_model.observe_probe(name, load.kv_usage)
         if load.prefix_hit_rate is not None:
             target.extra["prefix_hit_rate"] = load.prefix_hit_rate
         mark = self._marks.get(name)

@@ -38,6 +38,17 @@ def test_quick_run_prints_a_row_per_policy_and_every_table() -> None:
     assert all(int(up[2]) > int(fresh[2]) for fresh, up in zip(decisions[::2], decisions[1::2]))
 
 
+def test_cpu_time_says_which_clock_timed_the_decisions() -> None:
+    wall = run_command("bench", "routing", "--quick", "--policies", "meridian").splitlines()
+    cpu = run_command("bench", "routing", "--quick", "--policies", "meridian", "--cpu-time")
+    assert "wall-clock microseconds" in wall[0]
+    lines = cpu.splitlines()
+    assert "thread CPU microseconds" in lines[0]
+    rows = [line.split() for line in lines[2:4]]
+    assert [r[:2] for r in rows] == [["meridian", "8"], ["meridian", "64"]]
+    assert all(float(cell) > 0 for r in rows for cell in r[2:8])
+
+
 def test_unknown_policies_are_refused() -> None:
     with pytest.raises(CommandError, match="unknown policies: nope"):
         call_command("bench", "routing", "--quick", "--policies", "nope", stdout=io.StringIO())

@@ -13,6 +13,7 @@ from routing.core.availability import PushingConfig, PushingMode
 from routing.core.breaker import BreakerConfig
 from routing.core.engine_metrics import EngineLoad
 from routing.core.policies.least_load import LeastLoadPolicy
+from routing.core.policies.meridian import MeridianPolicy
 from routing.core.policy import Policy
 from routing.core.registry import build_policy
 from routing.core.router import LocalRouter
@@ -248,3 +249,18 @@ def test_policies_hear_the_target_set_and_changes_wake_the_queue() -> None:
     assert target is not None
     router.lease(_request(), target).release(ok=True)
     assert len(wakes) == 5  # three applies, one probe, one completion
+
+
+def test_a_cost_model_hears_every_probe_and_a_rebuilt_one_what_was_probed() -> None:
+    router = _router("a", "b", policy="meridian")
+    router.record_probe("a", EngineLoad(running=2, waiting=0, kv_usage=0.75))
+    first = router.cost_model(MODEL)
+    assert isinstance(first, MeridianPolicy)
+    assert (first.replicas["a"].kv_usage, first.replicas["b"].kv_usage) == (0.75, 0.0)
+    # New parameters build a new policy: it starts from the usage already probed,
+    # not from an empty replica until the next probe.
+    params = {"kv_capacity_tokens": 8192}
+    router.apply([_spec("a"), _spec("b")], {MODEL: ModelSpec(MODEL, "meridian", params)})
+    rebuilt = router.cost_model(MODEL)
+    assert isinstance(rebuilt, MeridianPolicy) and rebuilt is not first
+    assert rebuilt.replicas["a"].kv_usage == 0.75

@@ -57,7 +57,8 @@ Terms (seconds unless said), and where each number comes from:
   lookahead_tokens)`` (each one's uncached prompt where it was sent: a prefix
   the replica caches is held once, however many running requests share it,
   as the engine's paged KV does), at least ``kv_usage`` x
-  ``kv_capacity_tokens`` from the latest probe.  With this request added, the
+  ``kv_capacity_tokens`` from the latest probe (``observe_probe``, which the
+  router calls with every probe it records).  With this request added, the
   ``overflow = K(r) + U(r) + min(pred, L) - kv_capacity_tokens`` tokens do not
   fit: the engine holds the newcomer (or preempts a running request) until
   that much KV is freed.  Counting whole prompts instead made a replica whose
@@ -157,26 +158,30 @@ output) would wait at its best healthy replica before its own prefill:
 look-ahead is full does not look idle.
 
 Decision cost: a decision prices the replicas holding part of the prompt,
-then walks an index of replicas sorted by a floor no cost of theirs can go
-under (``Q(r) * p(r)`` plus the pressure of their ledger alone), kept as
-ledgers change, and stops once the floor plus the prompt at the least rate
-cannot beat the best found (``_cheapest``).  A decision therefore prices the
-holders and a few cold replicas, not all of them (about 1.1 ms at 512
-targets before, 0.14 ms after, ``manage.py bench routing``).
+then walks the cold ones from ``routing.core.cost_floors``: orders of the
+replicas, kept as ledgers, rates and probes change, in which every replica not
+yet priced has a known lower bound, and stops once that bound cannot beat the
+best found (``_cheapest``).  When the prompt and its look-ahead fit in the KV
+capacity the order is a floor (``Q(r) * p(r)`` plus the pressure of the ledger
+alone); when they do not, every replica overflows and its pressure is linear in
+the request's excess with per-replica terms that depend on the probed
+``kv_usage``, so two orders are walked in turn (Fagin's threshold algorithm).
+A decision therefore prices the holders and a few cold replicas, not all of
+them (``manage.py bench routing``; ``docs/results.md``, decision cost).
 
 Ties go to a replica before waiting before a peer; among holders to
-``load_key`` order and among cold replicas to the index's (floor, then id),
-so decisions are deterministic.
+``load_key`` order and among cold replicas to the walk's (replicas in the same
+state: the lower id), so decisions are deterministic.
 """
 
 from __future__ import annotations
 
 import math
-from bisect import bisect_left, insort
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter
 
+from routing.core.cost_floors import CostFloors
 from routing.core.policy import Choice, Option, PolicyBase, load_key
 from routing.core.radix_tree import RadixTree
 from routing.core.types import RTT_KEY, RequestDescriptor, TargetState
@@ -241,7 +246,8 @@ class InFlight:
 
 @dataclass(slots=True)
 class ReplicaModel:
-    """What the cost model knows of one replica: learned rates and its ledger."""
+    """What the cost model knows of one replica: learned rates, its ledger and its
+    probed KV usage."""
 
     prefill_s_per_token: float
     itl_s: float
@@ -251,6 +257,8 @@ class ReplicaModel:
     queued_prefill: int = 0
     kv_tokens: int = 0
     decoding: int = 0
+    # The latest probe's KV usage (0..1), as observe_probe reported it.
+    kv_usage: float = 0.0
     inflight: dict[str, InFlight] = field(default_factory=dict)
 
 
@@ -267,11 +275,10 @@ class MeridianPolicy(PolicyBase):
         # Share of a routed prompt already cached: how likely a request extends an earlier one.
         self.reuse = 0.0
         self.decoding_total = 0
-        # Replicas by the floor of their cost (queued prefill seconds plus the KV
-        # pressure of their ledger), kept sorted as ledgers change, and the least
-        # prefill rate: together a lower bound on any cold replica's cost.
-        self._by_floor: list[tuple[float, str]] = []
-        self._floor_key: dict[str, tuple[float, str]] = {}
+        # Replicas by the floors of their cost (routing.core.cost_floors), kept sorted
+        # as ledgers and probes change, and the least prefill rate: together a lower
+        # bound on any cold replica's cost.
+        self.floors = CostFloors()
         self._least_rate = self.config.prefill_s_per_token
 
     # -- the Policy interface -----------------------------------------------------------
@@ -301,8 +308,7 @@ class MeridianPolicy(PolicyBase):
         self.tree.retain_tenants(keep)
         self.replicas = {k: v for k, v in self.replicas.items() if k in keep}
         self.decoding_total = sum(m.decoding for m in self.replicas.values())
-        self._by_floor = sorted(k for k in self._by_floor if k[1] in keep)
-        self._floor_key = {k[1]: k for k in self._by_floor}
+        self.floors.retain(keep)
         self._least_rate = self._lowest_rate()
         for target_id in target_ids:
             self._model(target_id)
@@ -413,7 +419,7 @@ class MeridianPolicy(PolicyBase):
 
     def _fits(self, target: TargetState, kv_tokens: int) -> bool:
         """Whether ``kv_tokens`` more fit ``target``'s KV look-ahead with no pressure."""
-        return self._pressure_s(target, self._model(target.target_id), kv_tokens) == 0.0
+        return self._pressure_s(self._model(target.target_id), kv_tokens) == 0.0
 
     def admits(self, target: TargetState) -> bool:
         model = self.replicas.get(target.target_id)
@@ -428,7 +434,7 @@ class MeridianPolicy(PolicyBase):
         )
         return min(
             (
-                self._queue_s(t.target_id) + self._pressure_s(t, self._model(t.target_id), typical)
+                self._queue_s(t.target_id) + self._pressure_s(self._model(t.target_id), typical)
                 for t in targets
                 if t.healthy
             ),
@@ -473,6 +479,15 @@ class MeridianPolicy(PolicyBase):
             model.itl_s = self._ewma(model.itl_s, sample)
         self._reindex(target_id, model)
 
+    def observe_probe(self, target_id: str, kv_usage: float) -> None:
+        """A probe of ``target_id`` read ``kv_usage``.  The cost model prices the KV
+        usage it was told here, not ``TargetState.kv_usage``: the walk's floors are
+        filed with it (off the decision path), so they hold for every decision."""
+        model = self._model(target_id)
+        if model.kv_usage != kv_usage:
+            model.kv_usage = kv_usage
+            self._reindex(target_id, model)
+
     # -- pricing ------------------------------------------------------------------------
 
     def predicted_output(self, request: RequestDescriptor) -> int:
@@ -496,9 +511,9 @@ class MeridianPolicy(PolicyBase):
         """ttft + harm + pressure of sending ``request`` to ``target`` now."""
         model = self._model(target.target_id)
         self._sync_rtt(target.target_id, model, self._rtt_s(target))
-        return self._cost(model, target, uncached, self._decode_tokens(request))
+        return self._cost(model, uncached, self._decode_tokens(request))
 
-    def _cost(self, model: ReplicaModel, target: TargetState, uncached: int, decode: int) -> float:
+    def _cost(self, model: ReplicaModel, uncached: int, decode: int) -> float:
         cfg = self.config
         rate = model.prefill_s_per_token
         prefill_s = uncached * rate
@@ -506,12 +521,12 @@ class MeridianPolicy(PolicyBase):
         harm = cfg.harm_weight * prefill_s * model.decoding
         # The KV it adds there: its uncached prompt and its look-ahead decode (the
         # cached prefix is held already, once for every request sharing it).
-        return ttft + harm + self._pressure_s(target, model, uncached + decode)
+        return ttft + harm + self._pressure_s(model, uncached + decode)
 
-    def _pressure_s(self, target: TargetState, model: ReplicaModel, kv_tokens: int) -> float:
-        """Seconds until ``target`` frees room for ``kv_tokens`` more KV tokens."""
+    def _pressure_s(self, model: ReplicaModel, kv_tokens: int) -> float:
+        """Seconds until the replica frees room for ``kv_tokens`` more KV tokens."""
         cfg = self.config
-        held = max(model.kv_tokens, int(target.kv_usage * cfg.kv_capacity_tokens))
+        held = max(model.kv_tokens, int(model.kv_usage * cfg.kv_capacity_tokens))
         overflow = held + kv_tokens - cfg.kv_capacity_tokens
         if overflow <= 0:
             return 0.0
@@ -564,17 +579,21 @@ class MeridianPolicy(PolicyBase):
         """The target of least ``replica_cost + extra_tokens * p``, and that cost.
 
         Prefix holders are priced one by one.  Cold targets (``U = prompt``) are
-        walked from an index kept sorted as ledgers change, by a floor no cost
-        can go under whatever the request: ``Q * p`` plus the KV pressure of the
-        ledger alone (pressure only grows with the newcomer's tokens and the
-        probe's usage) plus the round trip beyond ``local_rtt_s`` (as last seen:
-        the walk prices the target's own and re-places a target whose round trip
-        changed, after the walk).  The walk stops at the first target whose floor, plus
-        ``(prompt + extra_tokens) * least rate + step + local_rtt_s`` (the least
-        round trip), is no cheaper than
-        the best found (harm is never negative): a decision prices the holders
-        and the few cold targets that could win, not every candidate.  Holders
-        tie-break by ``load_key``; cold targets by the index (floor, then id).
+        walked from ``self.floors`` (``routing.core.cost_floors``), whose keys plus
+        ``(prompt + extra_tokens) * least rate + step + local_rtt_s`` (the least round
+        trip) bound the cost of every target not yet priced (harm is never negative).
+        Every key includes the target's round trip beyond ``local_rtt_s`` as last seen
+        (the walk prices the target's own and re-files a target whose round trip
+        changed, after the walk).  When the request's own KV (``prompt + look-ahead
+        decode``) fits in the capacity, the walk takes the targets by their floor
+        (``Q * p`` plus the pressure of the ledger alone); when it does not, every
+        target overflows and its pressure is exactly ``alpha + slope * (KV -
+        capacity)``, so the walk takes the ``base`` and ``slope`` orders in turn and
+        bounds the rest by both cursors.  It stops once the bound is no cheaper than
+        the best found: a decision prices the holders and the few cold targets that
+        could win, not every candidate.  Holders tie-break by ``load_key``; cold
+        targets by the walk's order (by key, then id: between replicas in the same
+        state, the lower id).
         """
         if not by_id:
             return None, math.inf
@@ -590,31 +609,35 @@ class MeridianPolicy(PolicyBase):
             model = self._model(target_id)
             self._sync_rtt(target_id, model, self._rtt_s(target))
             rate = model.prefill_s_per_token
-            cost = self._cost(model, target, tokens, decode)
+            cost = self._cost(model, tokens, decode)
             cost += extra_tokens * rate
             if best is None or (cost, load_key(target)) < (best_cost, load_key(best)):
                 best, best_cost = target, cost
         if holders == len(by_id):
             return best, best_cost  # no cold target among them: nothing to walk
-        if not self._floor_key.keys() >= by_id.keys():
-            for target_id in by_id.keys() - self._floor_key.keys():
+        floors = self.floors
+        if not floors.ids() >= by_id.keys():
+            for target_id in by_id.keys() - floors.ids():
                 self._model(target_id)  # a target never seen: index it (idle, default rates)
         cfg = self.config
         prompt = request.prompt_tokens
+        capacity = cfg.kv_capacity_tokens
+        added = prompt + decode
+        over = added - capacity
+        order: Iterable[tuple[float, str]] = floors.by_floor
+        if over >= 0:
+            if floors.stale:
+                self._refile_stale()
+            order = floors.overflow_order(over)
         local_rtt_s, step_s = cfg.local_rtt_s, cfg.step_s
         floor = local_rtt_s + step_s + (prompt + extra_tokens) * self._least_rate
         # ``_cost`` and ``_pressure_s`` inlined, the same arithmetic in the same order:
-        # when the prompt and its look-ahead exceed the KV capacity, every cold replica
-        # carries at least a request lifetime of pressure that the floor cannot see (it
-        # depends on the probe's usage), so the walk prices most of them and the calls
-        # were most of a 32k-token decision at 512 targets.
-        capacity = cfg.kv_capacity_tokens
+        # the calls were most of a walk's price per replica.
         harm_weight = cfg.harm_weight
-        added = prompt + decode
         replicas = self.replicas
         get = by_id.get
         moved: list[tuple[str, ReplicaModel, float]] = []
-        for least_s, target_id in self._by_floor:
+        for least_s, target_id in order:
             if least_s + floor >= best_cost:
                 break
             target = get(target_id)
@@ -630,7 +653,7 @@ class MeridianPolicy(PolicyBase):
                 moved.append((target_id, model, rtt_s))
             cost = rtt_s + step_s + model.queued_prefill * rate + prefill_s
             cost += harm_weight * prefill_s * model.decoding
-            held = int(target.kv_usage * capacity)
+            held = int(model.kv_usage * capacity)
             if model.kv_tokens > held:
                 held = model.kv_tokens
             overflow = held + added - capacity
@@ -716,21 +739,28 @@ class MeridianPolicy(PolicyBase):
         return model
 
     def _reindex(self, target_id: str, model: ReplicaModel) -> None:
-        """Move ``target_id`` to its place by its cost floor (O(log n) search): its
-        queued prefill, its ledger's KV pressure and its round trip beyond the local
-        one (as last seen: ``_sync_rtt``)."""
+        """File ``target_id``'s cost floor (``routing.core.cost_floors``): its queued
+        prefill, its ledger's KV pressure and its round trip beyond the local one (as
+        last seen: ``_sync_rtt``); its overflow keys go stale until a request larger
+        than the capacity needs them."""
         cfg = self.config
         queued_s = model.queued_prefill * model.prefill_s_per_token
         over = model.kv_tokens - cfg.kv_capacity_tokens
-        pressure_s = _drain_s(over, model.kv_tokens, model) if over > 0 else 0.0
-        key = (queued_s + pressure_s + (model.rtt_s - cfg.local_rtt_s), target_id)
-        old = self._floor_key.get(target_id)
-        if old == key:
-            return
-        if old is not None:
-            del self._by_floor[bisect_left(self._by_floor, old)]
-        insort(self._by_floor, key)
-        self._floor_key[target_id] = key
+        floor = queued_s + (_drain_s(over, model.kv_tokens, model) if over > 0 else 0.0)
+        self.floors.file_floor(target_id, floor + (model.rtt_s - cfg.local_rtt_s))
+
+    def _refile_stale(self) -> None:
+        """File the overflow keys of every replica whose state moved since."""
+        floors, cfg = self.floors, self.config
+        capacity = cfg.kv_capacity_tokens
+        for target_id in tuple(floors.stale):
+            model = self.replicas[target_id]
+            held = max(int(model.kv_usage * capacity), model.kv_tokens)
+            lifetime = model.mean_output * model.itl_s
+            base = model.queued_prefill * model.prefill_s_per_token
+            base += lifetime if held >= 1 else 0.0
+            base += model.rtt_s - cfg.local_rtt_s
+            floors.file_overflow(target_id, base, lifetime / max(1, held))
 
     def _lowest_rate(self) -> float:
         rates = (m.prefill_s_per_token for m in self.replicas.values())

@@ -102,7 +102,7 @@ def test_kv_look_ahead_prices_a_replica_that_would_overflow() -> None:
     extra = policy.replica_cost(newcomer, full, 200) - policy.replica_cost(newcomer, empty, 200)
     assert extra == pytest.approx(overflow * lifetime / 4000)
     # The probe's KV usage counts too, when it shows more than the ledger.
-    empty.kv_usage = 0.99
+    policy.observe_probe("empty", 0.99)
     assert policy.replica_cost(newcomer, empty, 200) > policy.replica_cost(newcomer, full, 200)
 
 
@@ -427,7 +427,7 @@ def test_the_indexed_walk_finds_the_cheapest_of_every_candidate(kv_capacity: int
     # Some replicas abroad: their round trip is priced in the walk as in replica_cost.
     targets = [remote(f"r{i:02d}", (0.0, 1.0, 80.0, 150.0)[i % 4]) for i in range(40)]
     for t in targets:
-        t.kv_usage = rng.random()
+        policy.observe_probe(t.target_id, rng.random())
     docs = [prefix(d, 8) for d in range(6)]
     for n in range(300):
         doc = rng.choice(docs)
@@ -456,7 +456,7 @@ def test_the_walk_prices_cold_replicas_exactly_as_replica_cost() -> None:
     policy = MeridianPolicy(MeridianConfig(kv_capacity_tokens=4096, affinity_tokens=10**6))
     targets = [remote(f"r{i:02d}", (0.0, 1.0, 80.0, 150.0)[i % 4]) for i in range(30)]
     for t in targets:
-        t.kv_usage = rng.random()
+        policy.observe_probe(t.target_id, rng.random())
     for n in range(200):
         r = sized(rng.randrange(16, 9000), f"load-{n}", output=rng.randrange(1, 600))
         chosen = policy.select(r, rng.sample(targets, 20))
