@@ -270,3 +270,28 @@ async def test_get_applies_its_own_timeout_not_the_pools(
     with pytest.raises(UpstreamError, match="connect"):
         await pool.get("http://127.0.0.1:9/metrics", 0.2)
     await pool.aclose()
+
+
+async def test_a_body_that_ends_where_the_server_closes_is_read_whole() -> None:
+    """An HTTP/1.0-style answer (no Content-Length, no chunks) ends at the close, as
+    httpx read it; a reset in the middle of a framed body is still a failure."""
+    bodies = {b"/close": b"vllm:num_requests_running 1\n", b"/cut": b"vllm:num"}
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        path = head.split(b" ")[1]
+        if path == b"/close":
+            writer.write(b"HTTP/1.0 200 OK\r\ncontent-type: text/plain\r\n\r\n" + bodies[path])
+        else:
+            writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\n" + bodies[path])
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    base = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+    pool = _pool()
+    assert await pool.get(f"{base}/close", 2.0) == (200, bodies[b"/close"])
+    with pytest.raises(UpstreamError, match="closed"):
+        await pool.get(f"{base}/cut", 2.0)
+    await pool.aclose()
+    server.close()
