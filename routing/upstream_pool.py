@@ -16,6 +16,9 @@ Semantics the dispatcher relies on:
 * ``UpstreamError`` for every network or protocol failure (refused, reset,
   timeout, malformed response); the read timeout applies to each wait for
   bytes, the connect timeout to opening a connection;
+* a response framed by neither ``Content-Length`` nor chunks ends where the
+  server closes the connection (HTTP/1.0 style, as some ``/metrics`` exporters
+  answer), as with httpx;
 * a request on a reused connection that the server closed before answering
   (its keep-alive timer ran out as we sent) is sent again once on a fresh
   connection: nothing of it was processed;
