@@ -1,7 +1,9 @@
 """The balancer's own sub-second replica probe (an asyncio task, not Celery).
 
 Each round (``MERIDIAN_PROBE_INTERVAL_S``, a few hundred ms) GETs every owned
-replica's ``/metrics`` concurrently on the shared client, parses it with
+replica's ``/metrics`` concurrently through the relay's keep-alive pool
+(``routing.upstream_pool``: under load httpx's own cost was about half of a
+probe's, docs/performance.md), parses it with
 ``routing.core.engine_metrics`` and feeds the router: running/waiting/KV usage
 for the policies and for SP-P availability (SkyLB §3.3, Algorithm 1 lines
 3-8), health for candidate filtering, and the engine's block size (from
@@ -47,6 +49,7 @@ from routing.core.router import LocalRouter
 from routing.core.types import TargetState
 from routing.telemetry import BalancerMetrics
 from routing.upstream import join_url
+from routing.upstream_pool import UpstreamError, UpstreamPool
 
 logger = logging.getLogger(__name__)
 # How often each replica's /v1/models is read for its LoRA adapters: adapters are
@@ -58,6 +61,7 @@ class ReplicaProber:
     def __init__(
         self,
         client: httpx.AsyncClient,
+        pool: UpstreamPool,
         router: LocalRouter,
         metrics: BalancerMetrics,
         *,
@@ -68,6 +72,7 @@ class ReplicaProber:
         models_refresh_s: float = MODELS_REFRESH_S,
     ) -> None:
         self.client = client
+        self.pool = pool
         self.schemes = schemes or ModelBlockSchemes()
         self.router = router
         self.metrics = metrics
@@ -132,12 +137,11 @@ class ReplicaProber:
 
     async def probe(self, target: TargetState) -> None:
         try:
-            response = await self.client.get(
-                join_url(target.url, "/metrics"), timeout=self.timeout_s
-            )
-            response.raise_for_status()
-            load = parse_engine_load(response.text)
-        except (httpx.HTTPError, MetricsFormatError) as exc:
+            status, body = await self.pool.get(join_url(target.url, "/metrics"), self.timeout_s)
+            if not 200 <= status < 300:
+                raise UpstreamError(f"/metrics answered {status}")
+            load = parse_engine_load(body.decode("utf-8", "replace"))
+        except (UpstreamError, MetricsFormatError) as exc:
             self.metrics.probe_failures.inc(target.target_id)
             if self.router.record_probe_failure(target.target_id, self.failure_threshold):
                 logger.warning(

@@ -92,9 +92,22 @@ class UpstreamConnection(asyncio.Protocol):
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        if not self.complete:
-            reason = f"connection lost: {exc}" if exc else "server closed the connection"
-            self._fail(UpstreamError(reason))
+        if self.complete:
+            return
+        if exc is None and self.head_done and self._ends_at_close():
+            self.on_message_complete()  # its body ends where the server closed (RFC 9112 §6.3)
+            if self.sink is not None:
+                self._feed_sink()
+            return
+        reason = f"connection lost: {exc}" if exc else "server closed the connection"
+        self._fail(UpstreamError(reason))
+
+    def _ends_at_close(self) -> bool:
+        """A response framed by neither ``Content-Length`` nor ``Transfer-Encoding``:
+        an HTTP/1.0-style body, as some exporters' ``/metrics`` answer."""
+        return not any(
+            name.lower() in (b"content-length", b"transfer-encoding") for name, _ in self.headers
+        )
 
     # -- httptools callbacks ----------------------------------------------------------------
     def on_header(self, name: bytes, value: bytes) -> None:

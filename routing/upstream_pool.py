@@ -16,6 +16,9 @@ Semantics the dispatcher relies on:
 * ``UpstreamError`` for every network or protocol failure (refused, reset,
   timeout, malformed response); the read timeout applies to each wait for
   bytes, the connect timeout to opening a connection;
+* a response framed by neither ``Content-Length`` nor chunks ends where the
+  server closes the connection (HTTP/1.0 style, as some ``/metrics`` exporters
+  answer), as with httpx;
 * a request on a reused connection that the server closed before answering
   (its keep-alive timer ran out as we sent) is sent again once on a fresh
   connection: nothing of it was processed;
@@ -129,6 +132,40 @@ class UpstreamPool:
         # The server closed the idle connection as we reused it: it saw nothing.
         return await self._exchange(origin, await self._connect(origin), head + body)
 
+    async def get(self, url: str, timeout_s: float) -> tuple[int, bytes]:
+        """GET ``url`` and read its whole body: (status, body); ``UpstreamError`` on
+        failure.  ``timeout_s`` replaces the pool's timeouts for this call: it bounds
+        the connect and each wait for bytes (a probe's own timeout, as httpx applied
+        it).  No ``Accept-Encoding``: the body comes as it is, nothing to inflate."""
+        origin, head = _get_head(url)
+        conn = self._checkout(origin) or await self._connect_queued(origin, timeout_s)
+        try:
+            return await self._read_whole(origin, conn, head, timeout_s)
+        except UpstreamError:
+            if not (conn.reused and not conn.received):
+                raise
+        # The server closed the idle connection as we reused it: it saw nothing.
+        conn = await self._connect(origin, timeout_s)
+        return await self._read_whole(origin, conn, head, timeout_s)
+
+    async def _read_whole(
+        self, origin: Origin, conn: UpstreamConnection, request: bytes, timeout_s: float
+    ) -> tuple[int, bytes]:
+        body: list[bytes] = []
+        try:
+            conn.send(request)
+            while not conn.complete:
+                await conn.wait(timeout_s)
+                if conn.chunks:  # taken as they come: a body past HIGH_WATER pauses reading
+                    body.append(conn.take())
+        except BaseException:
+            conn.close()
+            raise
+        if conn.chunks:
+            body.append(conn.take())
+        self.release(origin, conn)
+        return conn.status, b"".join(body)
+
     async def _exchange(
         self, origin: Origin, conn: UpstreamConnection, data: bytes
     ) -> UpstreamResponse:
@@ -150,11 +187,13 @@ class UpstreamPool:
                 return conn
         return None
 
-    async def _connect_queued(self, origin: Origin) -> UpstreamConnection:
+    async def _connect_queued(
+        self, origin: Origin, timeout_s: float | None = None
+    ) -> UpstreamConnection:
         """A connection for a request: queued behind the connects under way, and an
         idle one if a request gave one back while this one waited."""
         async with self._gate(origin):
-            return self._checkout(origin) or await self._open(origin)
+            return self._checkout(origin) or await self._open(origin, timeout_s)
 
     def _gate(self, origin: Origin) -> asyncio.Semaphore:
         gate = self._connecting.get(origin)
@@ -162,11 +201,11 @@ class UpstreamPool:
             gate = self._connecting[origin] = asyncio.Semaphore(MAX_CONNECTING_PER_ORIGIN)
         return gate
 
-    async def _connect(self, origin: Origin) -> UpstreamConnection:
+    async def _connect(self, origin: Origin, timeout_s: float | None = None) -> UpstreamConnection:
         async with self._gate(origin):
-            return await self._open(origin)
+            return await self._open(origin, timeout_s)
 
-    async def _open(self, origin: Origin) -> UpstreamConnection:
+    async def _open(self, origin: Origin, timeout_s: float | None = None) -> UpstreamConnection:
         loop = asyncio.get_running_loop()
         host, port, tls = origin
         if tls and self._tls is None:
@@ -176,7 +215,7 @@ class UpstreamPool:
                 loop.create_connection(
                     lambda: UpstreamConnection(loop), host, port, ssl=self._tls if tls else None
                 ),
-                self.connect_timeout_s,
+                self.connect_timeout_s if timeout_s is None else timeout_s,
             )
         except (OSError, TimeoutError) as exc:
             raise UpstreamError(f"connect to {host}:{port} failed: {exc!r}") from exc
@@ -250,6 +289,13 @@ def _start_lines(url: str) -> tuple[Origin, str]:
     if parts.query:
         target += "?" + parts.query
     return origin, f"POST {target} HTTP/1.1\r\nHost: {parts.hostname}:{origin[1]}"
+
+
+@functools.lru_cache(maxsize=1024)
+def _get_head(url: str) -> tuple[Origin, bytes]:
+    """``url``'s origin and the whole of a GET to it (the probes' URLs are few)."""
+    origin, start = _start_lines(url)
+    return origin, ("GET" + start.removeprefix("POST") + "\r\n\r\n").encode("latin-1")
 
 
 def _request_head(url: str, headers: Mapping[str, str], length: int) -> tuple[Origin, bytes]:

@@ -94,12 +94,16 @@ def test_a_name_filter_keeps_exactly_the_samples_of_those_names() -> None:
         'vllm:e2e_request_latency_seconds_bucket{le="0.5",model_name="m"} 3\n'
         "vllm:num_requests_running_extra 9\n"
         "vllm:num_requests_waiting\t6\n"
+        "# vllm:num_requests_running 100\n"
+        "   vllm:num_requests_waiting 1\n"
+        'vllm:num_requests_running{note="a \\"b\\" \\\\ c"} 0\n'
     )
     everything = parse(text)
     wanted = frozenset({"vllm:num_requests_running", "vllm:num_requests_waiting"})
     filtered = parse(text, wanted)
     assert filtered == [sample for sample in everything if sample.name in wanted]
-    assert [s.value for s in filtered] == [3.0, 2.0, 4.0, 6.0]
+    assert [s.value for s in filtered] == [3.0, 2.0, 4.0, 6.0, 1.0, 0.0]
+    assert filtered[-1].label("note") == 'a "b" \\ c'
     # The load read through the filter is the one read from the whole page.
     assert parse_engine_load(text).running == 5
-    assert parse_engine_load(text).waiting == 10
+    assert parse_engine_load(text).waiting == 11

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from routing.upstream import OUTCOME_CLIENT_CLOSED, RelayStream, open_upstream
-from routing.upstream_pool import UpstreamError, UpstreamPool
+from routing.upstream_pool import HIGH_WATER, UpstreamError, UpstreamPool
 
 pytestmark = pytest.mark.anyio
 
@@ -200,3 +200,98 @@ async def test_warming_a_replica_that_refuses_opens_nothing() -> None:
     pool = _pool()
     assert await pool.warm(f"http://127.0.0.1:{port}/v1/completions", 3) == 0
     await pool.aclose()
+
+
+@dataclass
+class MetricsPage:
+    """Answers each GET with ``status`` and ``body`` (``Content-Length`` framed), or
+    with nothing at all once ``stall`` is set."""
+
+    body: bytes
+    status: int = 200
+    stall: bool = False
+    connections: int = 0
+    requests: list[bytes] = field(default_factory=list)
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                self.requests.append(head)
+                if self.stall:
+                    await reader.read()
+                    break
+                writer.write(
+                    b"HTTP/1.1 %d X\r\ncontent-length: %d\r\n\r\n" % (self.status, len(self.body))
+                )
+                writer.write(self.body)
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+
+@pytest.fixture
+async def page() -> AsyncIterator[tuple[MetricsPage, str]]:
+    # Larger than HIGH_WATER: reading pauses unless the body is taken as it comes.
+    fake = MetricsPage(b"vllm:num_requests_running 1\n" * 20_000)
+    server = await asyncio.start_server(fake.handle, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    yield fake, f"http://127.0.0.1:{port}/metrics"
+    server.close()
+
+
+async def test_get_reads_a_whole_body_past_the_high_water_mark_on_one_connection(
+    page: tuple[MetricsPage, str],
+) -> None:
+    fake, url = page
+    assert len(fake.body) > HIGH_WATER
+    pool = _pool()
+    for _ in range(2):
+        assert await pool.get(url, 2.0) == (200, fake.body)
+    assert fake.connections == 1
+    assert fake.requests[0].startswith(b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1:")
+    assert b"content-length" not in fake.requests[0].lower()
+    fake.status, fake.body = 503, b"busy"
+    assert await pool.get(url, 2.0) == (503, b"busy")
+    await pool.aclose()
+
+
+async def test_get_applies_its_own_timeout_not_the_pools(
+    page: tuple[MetricsPage, str],
+) -> None:
+    fake, url = page
+    fake.stall = True
+    pool = _pool(read_timeout_s=60.0)
+    with pytest.raises(UpstreamError, match="timed out"):
+        await pool.get(url, 0.2)
+    with pytest.raises(UpstreamError, match="connect"):
+        await pool.get("http://127.0.0.1:9/metrics", 0.2)
+    await pool.aclose()
+
+
+async def test_a_body_that_ends_where_the_server_closes_is_read_whole() -> None:
+    """An HTTP/1.0-style answer (no Content-Length, no chunks) ends at the close, as
+    httpx read it; a reset in the middle of a framed body is still a failure."""
+    bodies = {b"/close": b"vllm:num_requests_running 1\n", b"/cut": b"vllm:num"}
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        path = head.split(b" ")[1]
+        if path == b"/close":
+            writer.write(b"HTTP/1.0 200 OK\r\ncontent-type: text/plain\r\n\r\n" + bodies[path])
+        else:
+            writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\n" + bodies[path])
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    base = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+    pool = _pool()
+    assert await pool.get(f"{base}/close", 2.0) == (200, bodies[b"/close"])
+    with pytest.raises(UpstreamError, match="closed"):
+        await pool.get(f"{base}/cut", 2.0)
+    await pool.aclose()
+    server.close()

@@ -3,13 +3,16 @@ the learned one learning a relation it can see."""
 
 from __future__ import annotations
 
+import math
+import pickle
 import random
 import re
 import zlib
 
 import pytest
+from river import linear_model, optim
 
-from routing.core.learned_length import LearnedPredictor
+from routing.core.learned_length import LearnedPredictor, adagrad_learn_one, encode
 from routing.core.length_predictor import (
     DEFAULT_OUTPUT_TOKENS,
     NoPredictor,
@@ -148,3 +151,68 @@ def test_learned_state_round_trips_and_refuses_other_bytes() -> None:
     assert restored.predict(features) == predictor.predict(features)
     with pytest.raises(ValueError, match="not a saved length predictor"):
         LearnedPredictor.from_state(b"not a model")
+
+
+def _varied(rng: random.Random) -> tuple[RequestFeatures, int]:
+    """Features that touch every encoded field: sessions, system prompts, max_tokens."""
+    earlier = tuple(rng.randint(1, 900) for _ in range(rng.randint(0, 5)))
+    text = " ".join(
+        rng.choice(["list", "why", "code", "essay", "translate", "tl;dr"]) for _ in range(30)
+    )
+    features = RequestFeatures(
+        rng.randint(1, 8000),
+        max_tokens=rng.choice([None, 64, 1024]),
+        endpoint=rng.choice(["chat", "completions"]),
+        system_key=rng.choice([0, rng.getrandbits(63)]),
+        earlier_outputs=earlier,
+        cues=word_cues(text),
+    )
+    return features, rng.choice([0, 1, rng.randint(2, 3000), 40_000])
+
+
+def test_learning_step_is_river_learn_one_bit_for_bit() -> None:
+    """The predictor's own AdaGrad step leaves the weights, the optimiser's state and
+    the saved bytes exactly as river's ``learn_one`` does, and predicts the same."""
+    rng = random.Random(11)
+    examples = [_varied(rng) for _ in range(3000)]
+    ours = LearnedPredictor()
+    theirs = LearnedPredictor()
+    for features, actual in examples:
+        ours.observe(features, actual)
+        ratio = math.log1p(actual) - theirs.baseline(features)
+        theirs.model.learn_one(encode(features), ratio)
+        theirs.observed += 1
+        theirs.observed_tokens += actual
+    assert ours.state() == theirs.state()
+    assert ours.model.optimizer.n_iterations == 3000
+    assert ours.model.weights == theirs.model.weights
+    assert [ours.predict(f) for f, _ in examples] == [theirs.predict(f) for f, _ in examples]
+    # The saved model is river's own object, loadable and learning on as before.
+    restored = LearnedPredictor.from_state(ours.state())
+    assert isinstance(pickle.loads(ours.state())[0], linear_model.LinearRegression)
+    restored.observe(*examples[0])
+    theirs.observe(*examples[0])
+    assert restored.state() == theirs.state()
+
+
+def test_a_model_the_step_does_not_reproduce_learns_through_river() -> None:
+    rng = random.Random(5)
+    examples = [_varied(rng) for _ in range(200)]
+    model = linear_model.LinearRegression(optimizer=optim.AdaGrad(0.02), l2=0.01)
+    predictor = LearnedPredictor.from_state(pickle.dumps((model, 0, 0)))
+    reference = linear_model.LinearRegression(optimizer=optim.AdaGrad(0.02), l2=0.01)
+    unchanged = LearnedPredictor.from_state(pickle.dumps((reference, 0, 0)))
+    for features, actual in examples:
+        predictor.observe(features, actual)
+        ratio = math.log1p(actual) - unchanged.baseline(features)
+        unchanged.model.learn_one(encode(features), ratio)
+        unchanged.observed += 1
+        unchanged.observed_tokens += actual
+    assert predictor.state() == unchanged.state()
+    # With l2 the shortcut's maths would differ from river's: hence the fallback.
+    shortcut = linear_model.LinearRegression(optimizer=optim.AdaGrad(0.02), l2=0.01)
+    river = linear_model.LinearRegression(optimizer=optim.AdaGrad(0.02), l2=0.01)
+    for features, _ in examples[:50]:
+        adagrad_learn_one(shortcut, encode(features), 0.7)
+        river.learn_one(encode(features), 0.7)
+    assert shortcut.weights != river.weights
