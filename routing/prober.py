@@ -25,12 +25,6 @@ per replica is in flight, which bounds the extra load on a replica to one
 ``/metrics`` request per probe round trip (and ``MERIDIAN_PROBE_MIN_GAP_S``,
 applied by the caller).
 
-The ``/metrics`` GETs go through the relay's keep-alive pool
-(``routing.upstream_pool``): a probe round under load was a few percent of the
-balancer's CPU through httpx, whose pool walks every connection it holds on each
-request (docs/performance.md).  Any network failure, timeout or status outside 2xx
-counts as a failed probe, as it did with httpx.
-
 Every ``MODELS_REFRESH_S`` a round also reads each replica's ``/v1/models``:
 vLLM lists its LoRA adapters there with the base model as ``parent``, which
 feeds the ``AdapterDirectory`` (``routing.core.lora``), so adapters need no
@@ -40,7 +34,6 @@ configuration.  A replica whose ``/v1/models`` fails keeps what it listed last.
 from __future__ import annotations
 
 import asyncio
-import codecs
 import functools
 import logging
 from collections.abc import Callable, Iterable
@@ -54,7 +47,6 @@ from routing.core.router import LocalRouter
 from routing.core.types import TargetState
 from routing.telemetry import BalancerMetrics
 from routing.upstream import join_url
-from routing.upstream_pool import UpstreamError, UpstreamPool
 
 logger = logging.getLogger(__name__)
 # How often each replica's /v1/models is read for its LoRA adapters: adapters are
@@ -66,7 +58,6 @@ class ReplicaProber:
     def __init__(
         self,
         client: httpx.AsyncClient,
-        pool: UpstreamPool,
         router: LocalRouter,
         metrics: BalancerMetrics,
         *,
@@ -76,8 +67,7 @@ class ReplicaProber:
         adapters: AdapterDirectory | None = None,
         models_refresh_s: float = MODELS_REFRESH_S,
     ) -> None:
-        self.client = client  # /v1/models, every few seconds
-        self.pool = pool  # /metrics, every round
+        self.client = client
         self.schemes = schemes or ModelBlockSchemes()
         self.router = router
         self.metrics = metrics
@@ -142,8 +132,12 @@ class ReplicaProber:
 
     async def probe(self, target: TargetState) -> None:
         try:
-            load = parse_engine_load(await self._get_text(join_url(target.url, "/metrics")))
-        except (UpstreamError, MetricsFormatError) as exc:
+            response = await self.client.get(
+                join_url(target.url, "/metrics"), timeout=self.timeout_s
+            )
+            response.raise_for_status()
+            load = parse_engine_load(response.text)
+        except (httpx.HTTPError, MetricsFormatError) as exc:
             self.metrics.probe_failures.inc(target.target_id)
             if self.router.record_probe_failure(target.target_id, self.failure_threshold):
                 logger.warning(
@@ -158,37 +152,8 @@ class ReplicaProber:
         if not was_healthy:
             logger.info("replica %s healthy again", target.target_id)
 
-    async def _get_text(self, url: str) -> str:
-        """The body of a GET of ``url`` as text (its charset, else UTF-8, undecodable
-        bytes replaced, as httpx's ``Response.text``); ``UpstreamError`` on any failure
-        or a status outside 2xx."""
-        response = await self.pool.get(url, _PROBE_HEADERS, timeout_s=self.timeout_s)
-        try:
-            body = await response.aread()
-        finally:
-            await response.aclose()
-        if not 200 <= response.status_code < 300:
-            raise UpstreamError(f"HTTP {response.status_code} from {url}")
-        return body.decode(_charset(response.headers.get("content-type")), errors="replace")
-
     async def close(self) -> None:
         tasks = list(self._in_flight.values())
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-
-
-# Bytes are parsed as they come: ask for them plain.
-_PROBE_HEADERS = {"Accept": "*/*", "Accept-Encoding": "identity"}
-
-
-def _charset(content_type: str | None) -> str:
-    """The charset a ``Content-Type`` names if Python knows it, else UTF-8."""
-    for param in (content_type or "").split(";")[1:]:
-        name, _, value = param.strip().partition("=")
-        if name.strip().lower() == "charset":
-            try:
-                return codecs.lookup(value.strip().strip("\"'")).name
-            except LookupError:
-                break
-    return "utf-8"

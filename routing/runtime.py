@@ -335,16 +335,8 @@ class BalancerRuntime:
             lease_s=config.key_slot_lease_s,
             retry_s=config.key_limits_retry_s,
         )
-        # The relay path (every proxied request) uses a lean keep-alive pool: httpx's
-        # pool bookkeeping grew with the number of open streams (docs/performance.md).
-        # httpx stays for peer polls and the replicas' /v1/models, where its generality
-        # is worth it; the probes' /metrics GETs use the pool too.
-        self.upstream = UpstreamPool(
-            connect_timeout_s=config.connect_timeout_s, read_timeout_s=config.read_timeout_s
-        )
         self.prober = ReplicaProber(
             self.client,
-            self.upstream,
             self.router,
             self.metrics,
             timeout_s=config.probe_timeout_s,
@@ -354,6 +346,12 @@ class BalancerRuntime:
         )
         self.pump = QueuePump(self.core, loop, self.metrics, probe_soon=self.prober.probe_soon)
         self.router.on_change = self.remote.on_change = self.pump.wake
+        # The relay path (every proxied request) uses a lean keep-alive pool: httpx's
+        # pool bookkeeping grew with the number of open streams (docs/performance.md).
+        # httpx stays for probes and peer polls, where its generality is worth it.
+        self.upstream = UpstreamPool(
+            connect_timeout_s=config.connect_timeout_s, read_timeout_s=config.read_timeout_s
+        )
         self.partition = PeerPartition()  # drill_partition's fault, empty otherwise
         self.kv = KVEventConsumer(
             self.client,

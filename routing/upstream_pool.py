@@ -109,17 +109,14 @@ class ResponseHeaders:
 class UpstreamResponse:
     """An upstream response whose head has arrived; the body streams from ``aiter_raw``."""
 
-    def __init__(
-        self, pool: UpstreamPool, origin: Origin, conn: UpstreamConnection, read_timeout_s: float
-    ) -> None:
+    def __init__(self, pool: UpstreamPool, origin: Origin, conn: UpstreamConnection) -> None:
         self._pool, self._origin, self._conn = pool, origin, conn
-        self._read_timeout_s = read_timeout_s
         self.status_code = conn.status
         self.headers = ResponseHeaders(conn.headers)
         self._released = False
 
     async def aiter_raw(self) -> AsyncIterator[bytes]:
-        conn, timeout = self._conn, self._read_timeout_s
+        conn, timeout = self._conn, self._pool.read_timeout_s
         while True:
             if conn.chunks:
                 yield conn.take()
@@ -133,7 +130,7 @@ class UpstreamResponse:
         """Hand the rest of the body to ``sink`` from the connection's callbacks (what
         is buffered at once); the connection goes back to the pool on ``aclose``, which
         detaches the sink.  Instead of ``aiter_raw``, never besides it."""
-        self._conn.stream_to(sink, self._read_timeout_s)
+        self._conn.stream_to(sink, self._pool.read_timeout_s)
 
     def pause_reading(self) -> None:
         """While streaming to a sink: stop reading (the sink's client is slow)."""
@@ -173,42 +170,27 @@ class UpstreamPool:
 
     async def post(self, url: str, body: bytes, headers: Mapping[str, str]) -> UpstreamResponse:
         """Send a POST and wait for the response head; ``UpstreamError`` on failure."""
-        origin, head = _request_head("POST", url, headers, len(body))
-        timeouts = (self.connect_timeout_s, self.read_timeout_s)
-        return await self._request(origin, head + body, timeouts)
-
-    async def get(
-        self, url: str, headers: Mapping[str, str], *, timeout_s: float
-    ) -> UpstreamResponse:
-        """Send a GET and wait for the response head; ``timeout_s`` bounds the connect
-        and each wait for bytes (as httpx's ``timeout=``).  ``UpstreamError`` on failure."""
-        origin, head = _request_head("GET", url, headers, None)
-        return await self._request(origin, head, (timeout_s, timeout_s))
-
-    async def _request(
-        self, origin: Origin, data: bytes, timeouts: tuple[float, float]
-    ) -> UpstreamResponse:
-        connect_s, read_s = timeouts
-        conn = self._checkout(origin) or await self._connect_queued(origin, connect_s)
+        origin, head = _request_head(url, headers, len(body))
+        conn = self._checkout(origin) or await self._connect_queued(origin)
         try:
-            return await self._exchange(origin, conn, data, read_s)
+            return await self._exchange(origin, conn, head + body)
         except UpstreamError:
             if not (conn.reused and not conn.received):
                 raise
         # The server closed the idle connection as we reused it: it saw nothing.
-        return await self._exchange(origin, await self._connect(origin, connect_s), data, read_s)
+        return await self._exchange(origin, await self._connect(origin), head + body)
 
     async def _exchange(
-        self, origin: Origin, conn: UpstreamConnection, data: bytes, read_timeout_s: float
+        self, origin: Origin, conn: UpstreamConnection, data: bytes
     ) -> UpstreamResponse:
         try:
             conn.send(data)
             while not conn.head_done:
-                await conn.wait(read_timeout_s)
+                await conn.wait(self.read_timeout_s)
         except BaseException:
             conn.close()
             raise
-        return UpstreamResponse(self, origin, conn, read_timeout_s)
+        return UpstreamResponse(self, origin, conn)
 
     def _checkout(self, origin: Origin) -> UpstreamConnection | None:
         idle = self._idle.get(origin)
@@ -219,11 +201,11 @@ class UpstreamPool:
                 return conn
         return None
 
-    async def _connect_queued(self, origin: Origin, timeout_s: float) -> UpstreamConnection:
+    async def _connect_queued(self, origin: Origin) -> UpstreamConnection:
         """A connection for a request: queued behind the connects under way, and an
         idle one if a request gave one back while this one waited."""
         async with self._gate(origin):
-            return self._checkout(origin) or await self._open(origin, timeout_s)
+            return self._checkout(origin) or await self._open(origin)
 
     def _gate(self, origin: Origin) -> asyncio.Semaphore:
         gate = self._connecting.get(origin)
@@ -231,11 +213,11 @@ class UpstreamPool:
             gate = self._connecting[origin] = asyncio.Semaphore(MAX_CONNECTING_PER_ORIGIN)
         return gate
 
-    async def _connect(self, origin: Origin, timeout_s: float) -> UpstreamConnection:
+    async def _connect(self, origin: Origin) -> UpstreamConnection:
         async with self._gate(origin):
-            return await self._open(origin, timeout_s)
+            return await self._open(origin)
 
-    async def _open(self, origin: Origin, timeout_s: float) -> UpstreamConnection:
+    async def _open(self, origin: Origin) -> UpstreamConnection:
         loop = asyncio.get_running_loop()
         host, port, tls = origin
         if tls and self._tls is None:
@@ -245,7 +227,7 @@ class UpstreamPool:
                 loop.create_connection(
                     lambda: UpstreamConnection(loop), host, port, ssl=self._tls if tls else None
                 ),
-                timeout_s,
+                self.connect_timeout_s,
             )
         except (OSError, TimeoutError) as exc:
             raise UpstreamError(f"connect to {host}:{port} failed: {exc!r}") from exc
@@ -270,8 +252,7 @@ class UpstreamPool:
         self._warming.add(origin)
         try:
             opened = await asyncio.gather(
-                *(self._connect(origin, self.connect_timeout_s) for _ in range(missing)),
-                return_exceptions=True,
+                *(self._connect(origin) for _ in range(missing)), return_exceptions=True
             )
         finally:
             self._warming.discard(origin)
@@ -310,8 +291,8 @@ def _origin(url: str) -> Origin:
 
 
 @functools.lru_cache(maxsize=1024)
-def _start_lines(method: str, url: str) -> tuple[Origin, str]:
-    """``url``'s origin and the request line and ``Host`` line of a ``method`` to it.  The
+def _start_lines(url: str) -> tuple[Origin, str]:
+    """``url``'s origin and the request line and ``Host`` line of a POST to it.  The
     URLs are few (each replica's and peer's, per endpoint), so each is parsed once,
     not per request; a bad one raises every time (exceptions are not cached)."""
     parts = urlsplit(url)
@@ -319,15 +300,12 @@ def _start_lines(method: str, url: str) -> tuple[Origin, str]:
     target = parts.path or "/"
     if parts.query:
         target += "?" + parts.query
-    return origin, f"{method} {target} HTTP/1.1\r\nHost: {parts.hostname}:{origin[1]}"
+    return origin, f"POST {target} HTTP/1.1\r\nHost: {parts.hostname}:{origin[1]}"
 
 
-def _request_head(
-    method: str, url: str, headers: Mapping[str, str], length: int | None
-) -> tuple[Origin, bytes]:
-    origin, start = _start_lines(method, url)
+def _request_head(url: str, headers: Mapping[str, str], length: int) -> tuple[Origin, bytes]:
+    origin, start = _start_lines(url)
     lines = [start]
     lines += [f"{name}: {value}" for name, value in headers.items()]
-    if length is not None:
-        lines.append(f"Content-Length: {length}")
+    lines.append(f"Content-Length: {length}")
     return origin, ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
