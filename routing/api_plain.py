@@ -192,8 +192,13 @@ async def _send(response: ProxyResponse, send: Send, direct: BodyWriter | None =
     stream = response.stream
     if stream is None:
         headers.append((b"content-length", str(len(response.body)).encode()))
-        await send({"type": "http.response.start", "status": response.status, "headers": headers})
-        await send({"type": "http.response.body", "body": response.body})
+        start = {"type": "http.response.start", "status": response.status, "headers": headers}
+        body = {"type": "http.response.body", "body": response.body}
+        if direct is not None:
+            await direct.whole(send, start, body)  # head and body in one write
+        else:
+            await send(start)
+            await send(body)
         return
     chunks = aiter(stream)
     start = {"type": "http.response.start", "status": response.status, "headers": headers}

@@ -27,12 +27,18 @@ class BodyWriter(Protocol):
 
     A relay starts the response with ``start``, writes each upstream read with
     ``write`` from the upstream connection's own callbacks and ends the response with
-    ``finish`` (no ASGI message after it).
+    ``finish`` (no ASGI message after it).  A response whose body is one message goes
+    out whole, head and body in one write (``whole``).
     """
 
     async def start(self, send: Send, message: Message) -> None:
         """Send ``http.response.start`` through ``send``, the head it writes held back
         to go out with the body's first bytes (or at ``release``)."""
+        ...
+
+    async def whole(self, send: Send, start: Message, body: Message) -> None:
+        """Send ``http.response.start`` and one last ``http.response.body`` through
+        ``send``, what they write going out in one write."""
         ...
 
     def usable(self) -> bool:

@@ -24,7 +24,8 @@ Each request's scope also offers a ``DirectBody`` (``routing.asgi_types.DIRECT_B
 the plain ``/v1`` path relays a stream's upstream reads through it straight to this
 connection's transport, chunk-framed as uvicorn frames a body, instead of one ASGI
 ``send`` per read; the transport's pause and resume of writing reach the relay, so a
-slow client still holds the upstream back.
+slow client still holds the upstream back.  A non-streamed answer goes through it as
+one write, head and body together (``DirectBody.whole``).
 """
 
 from __future__ import annotations
@@ -70,7 +71,8 @@ def _ignore() -> None:
 
 
 class _HeldWrites:
-    """Stands in for the transport while uvicorn writes a response head: keeps it."""
+    """Stands in for the transport while uvicorn writes a response head (or a whole
+    response): keeps what it writes, which ``flush`` writes as one."""
 
     __slots__ = ("_transport", "data")
 
@@ -80,6 +82,16 @@ class _HeldWrites:
 
     def write(self, data: bytes) -> None:
         self.data += data
+
+    def flush(self) -> None:
+        if self.data:
+            self._transport.write(self.data)
+            self.data = b""
+
+    def close(self) -> None:
+        # A response on a connection that does not stay alive: written, then closed.
+        self.flush()
+        self._transport.close()
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._transport, name)
@@ -109,6 +121,19 @@ class DirectBody:
         finally:
             cycle.transport = self._transport
         self._head = held.data
+
+    async def whole(self, send: Send, start: Message, body: Message) -> None:
+        # A response whose body is one message: uvicorn builds the head and frames the
+        # body as usual, and both go out in one write (one system call, one packet).
+        cycle = self._cycle
+        held = _HeldWrites(self._transport)
+        cycle.transport = held  # type: ignore[assignment]
+        try:
+            await send(start)
+            await send(body)
+        finally:
+            cycle.transport = self._transport
+            held.flush()
 
     def usable(self) -> bool:
         cycle = self._cycle

@@ -142,3 +142,34 @@ def test_a_client_gone_mid_stream_gives_its_slot_back_and_is_counted_closed() ->
         _over_uvicorn(api, scenario)
         assert api.runtime.inflight() == 0
         assert requests.value(MODEL, "499", "local") == 1
+
+
+def test_a_non_streamed_answer_is_written_whole_on_a_kept_alive_connection(api: Api) -> None:
+    requests = api.runtime.metrics.requests
+    before = requests.value(MODEL, "200", "local")
+    body = json.dumps({**CHAT, "stream": False}).encode()
+
+    async def scenario(port: int) -> list[tuple[bytes, bytes]]:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        answers = []
+        for rid in ("rid-whole-1", "rid-whole-2"):  # the second on the same connection
+            head = [
+                b"POST /v1/chat/completions HTTP/1.1",
+                b"host: lb",
+                b"x-request-id: " + rid.encode(),
+            ]
+            head += [name + b": " + value for name, value in AUTH]
+            head.append(b"content-length: %d" % len(body))
+            writer.write(b"\r\n".join(head) + b"\r\n\r\n" + body)
+            got = await reader.readuntil(b"\r\n\r\n")
+            length = int(got.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
+            answers.append((got, await reader.readexactly(length)))
+        writer.close()
+        return answers
+
+    for head, payload in _over_uvicorn(api, scenario):
+        assert head.startswith(b"HTTP/1.1 200") and b"transfer-encoding" not in head
+        assert b"content-type: application/json" in head
+        assert json.loads(payload)["object"] == "chat.completion"
+    assert requests.value(MODEL, "200", "local") == before + 2
+    assert api.runtime.inflight() == 0

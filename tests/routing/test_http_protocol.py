@@ -202,3 +202,70 @@ async def test_a_direct_body_is_chunked_follows_its_clients_buffer_and_keeps_ali
         writer.close()
         server.should_exit = True
         await task
+
+
+@dataclass
+class WholeApp:
+    """Answers each request whole through the scope's ``DirectBody``; ``close`` asks for
+    the connection to end after the answer.  Records what the server wrote, write by write."""
+
+    writes: list[bytes] = field(default_factory=list)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await receive()
+        direct = scope["extensions"][DIRECT_BODY]
+        transport = direct._transport
+        real_write = transport.write
+
+        def write(data: bytes) -> None:
+            self.writes.append(bytes(data))
+            real_write(data)
+
+        transport.write = write  # this connection's writes, seen here
+        close = [(b"connection", b"close")] if scope["path"] == "/close" else []
+        headers = [(b"content-length", b"5"), *close]
+        start = {"type": "http.response.start", "status": 200, "headers": headers}
+        await direct.whole(send, start, {"type": "http.response.body", "body": b"hello"})
+        del transport.write
+
+
+async def _serve_whole(app: WholeApp) -> AsyncIterator[int]:
+    config = uvicorn.Config(
+        app, host="127.0.0.1", port=0, http=ShortLimits, lifespan="off", log_level="error"
+    )
+    server = uvicorn.Server(config)
+    task = asyncio.create_task(server.serve())
+    while not server.started:
+        await asyncio.sleep(0.01)
+    try:
+        yield server.servers[0].sockets[0].getsockname()[1]
+    finally:
+        server.should_exit = True
+        await task
+
+
+async def test_a_whole_response_is_one_write_and_its_connection_stays_usable() -> None:
+    app = WholeApp()
+    async for port in _serve_whole(app):
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        try:
+            for _ in range(2):  # the second on the same connection
+                writer.write(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+                head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), HANG)
+                assert head.startswith(b"HTTP/1.1 200") and b"content-length: 5\r\n" in head
+                assert await asyncio.wait_for(reader.readexactly(5), HANG) == b"hello"
+        finally:
+            writer.close()
+    assert len(app.writes) == 2
+    assert all(write.startswith(b"HTTP/1.1 200") for write in app.writes)
+    assert all(write.endswith(b"\r\n\r\nhello") for write in app.writes)
+
+
+async def test_a_whole_response_on_a_closing_connection_is_written_before_the_close() -> None:
+    app = WholeApp()
+    async for port in _serve_whole(app):
+        reply = await exchange(port, b"GET /close HTTP/1.1\r\nHost: x\r\n\r\n")
+        status, body = status_and_body(reply)
+        assert (status, body) == (200, b"hello")
+        assert b"connection: close\r\n" in reply
+    assert len(app.writes) == 1
