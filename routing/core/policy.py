@@ -100,6 +100,11 @@ class CostModel(Protocol):
         (queued prefill or KV room, for peers' reports)."""
         ...
 
+    def region_prefill_price(self, targets: Sequence[TargetState]) -> float:
+        """Seconds one uncached prompt token costs here, its harm to the requests
+        decoding here included (for peers' reports)."""
+        ...
+
     def observe_first_token(
         self, request: RequestDescriptor, target_id: str, ttft_s: float
     ) -> None:

@@ -60,6 +60,10 @@ class PeerLink:
         nothing: a peer without a cost model looks as good as its availability)."""
         return 0.0 if self.report is None else self.report.estimates.get(model, 0.0)
 
+    def prefill_price_for(self, model: str) -> float | None:
+        """Seconds per uncached prompt token the peer reported (None: not priced)."""
+        return None if self.report is None else self.report.prefill_prices.get(model)
+
     def room_for(self, model: str) -> int:
         """Available replicas the report showed, less the forwards sent since."""
         if self.report is None:
@@ -173,6 +177,11 @@ class RemoteRouter:
                 continue
             link.state.waiting = link.queue_for(model)
             link.state.extra["estimate_s"] = link.estimate_for(model)
+            price = link.prefill_price_for(model)
+            if price is None:
+                link.state.extra.pop("prefill_s_per_token", None)
+            else:
+                link.state.extra["prefill_s_per_token"] = price
             out.append(link.state)
         return out
 
@@ -356,4 +365,5 @@ def availability_report(
         models=local.available_by_model(),
         queues=dict(queue_lengths),
         estimates={m: s for m, s in local.estimates().items() if math.isfinite(s)},
+        prefill_prices={m: s for m, s in local.prefill_prices().items() if math.isfinite(s)},
     )

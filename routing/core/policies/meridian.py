@@ -23,7 +23,12 @@ Terms (seconds unless said), and where each number comes from:
 * ``itl(r)``: seconds per output token on ``r``, ``itl_s`` by default (one
   decode step of the profile), learned from ``(finish - first token) /
   (output tokens - 1)`` by the same EWMA.  It prices how soon a replica whose
-  KV look-ahead is full frees room (``pressure`` below).
+  KV look-ahead is full frees room (``pressure`` below) and the decode terms.
+* ``s(r)``: what one more running sequence adds to a decode step on ``r``,
+  ``seq_s`` by default (the profile's per-sequence GEMM share plus attention
+  reads of ~1k tokens of context: 0.75 ms on an L4), learned from the same
+  samples as ``(itl sample - step_s) / D(r)`` (the step's growth past its fixed
+  part, spread over the sequences running).
 * ``Q(r)``: queued prefill work: the uncached prompt tokens of requests this
   balancer sent to ``r`` whose first token has not come back yet.  The
   balancer owns its replicas, so its ledger is the whole queue.
@@ -64,7 +69,17 @@ Terms (seconds unless said), and where each number comes from:
 * Predicted output length: ``request.predicted_output_tokens`` when a
   predictor filled it in, else the mean output length this balancer has seen
   (EWMA, starting at ``default_output_tokens``), capped by ``max_tokens``.
-* ``cost(r) = ttft(r) + harm(r) + pressure(r)`` for a replica that admits.
+* ``decode(r) = decode_weight * out * (itl(r) + (1 + harm_weight * D(r)) *
+  s(r))``: the request's own ``out`` (predicted) decode steps, each one
+  sequence fuller than now, plus the same slowdown of each of the ``D(r)``
+  requests decoding there for as long.  In a closed loop a client's next
+  request waits for this one's last token, so decode time, not TTFT, is what
+  sets throughput; without this term a region whose replicas each ran 40
+  requests (TTFT still short) forwarded 0.6 % of its requests to regions
+  running 13 (Figure 10's setting, 9 replicas: 28.65 req/s; with it and the
+  peer terms below, 30.49).  ``decode_weight`` 0 prices TTFT alone.
+* ``cost(r) = ttft(r) + harm(r) + pressure(r) + decode(r)`` for a replica that
+  admits.
 
 Admission (SP-P's rule, "do not pile onto an engine with a waiting queue", in
 tokens): ``r`` admits while ``Q(r) < admission_tokens`` (default two chunked
@@ -106,26 +121,41 @@ option again, so affinity delays a cold placement by at most that long.
 
 Peer ``g``: priced with the same terms as a replica, seen from here:
 
-* its time to first token, ``rtt(g) + estimate(g) + step_s + prompt * p``:
-  ``rtt(g)`` is the configured round trip, ``estimate(g)`` the seconds that
-  region reports for itself in its availability heartbeat, and every prompt
-  token counts as uncached (this region cannot see the peer's caches);
-* its harm, ``harm_weight * prompt * p * D``: the peer's decoding requests are
-  not reported, so ``D`` is the mean over this region's replicas (regions
-  serve one model on one fleet shape);
-* the locality it loses here: the later turns or branches of this request's
+* ``rtt(g) + estimate(g) + step_s + U(g) * price(g)``: ``rtt(g)`` is the
+  configured round trip, ``estimate(g)`` the seconds that region reports for
+  itself in its availability heartbeat (``region_estimate``: its queue, KV
+  pressure and a typical request's decode terms);
+* ``U(g)``: this prompt's tokens that region lacks.  The radix tree has each
+  peer as a tenant too, holding what this balancer forwarded there (the
+  peer's balancer sends it to a replica, which keeps it), so the next turn of
+  a conversation that went abroad is priced there by its new tokens only, as
+  SkyLB's snapshot trie does, rather than as a cold prompt; a prompt never
+  sent there counts whole;
+* ``price(g)``: seconds per uncached prompt token there, prefill plus harm to
+  the requests decoding there, as the peer reports it
+  (``region_prefill_price``, the heartbeat's ``prefill_prices``).  A peer that
+  reports none (an older balancer) is priced with this region's mean rate and
+  decoders, ``(1 + harm_weight * D) * p``, plus this region's mean ``decode``
+  for the request (its estimate then holds none).  Pricing the peer's prefill
+  with this region's decoders made a busy region's forward look as harmful as
+  a local one;
+* the locality it loses here, when home holds more of the prompt than the
+  peer (``U_home < U(g)``): the later turns or branches of this request's
   program still arrive here, where the replica that would have served it now
   lacks its new tokens and its reply.  Each of them recomputes ``U_home +
   predicted output`` tokens (``U_home``: this prompt's uncached tokens at the
-  local replica holding its longest prefix), priced like any prefill, ``(1 + harm_weight * D) *
-  p`` per token, times ``reuse``: how likely a later request is to extend this
-  one, learned as the share of each routed prompt that was already cached
-  (EWMA), so a workload of unique prompts pays nothing for forwarding.
+  local replica holding its longest prefix), priced like any prefill,
+  ``(1 + harm_weight * D) * p`` per token, times ``reuse``: how likely a later
+  request is to extend this one, learned as the share of each routed prompt
+  that was already cached (EWMA), so a workload of unique prompts pays nothing
+  for forwarding.  Where the peer holds more, forwarding leaves nothing behind.
 
 A region's ``region_estimate`` is what a typical request (mean prompt, mean
-output) would wait at its best healthy replica before its own prefill:
-``Q(r) * p(r) + pressure(r)``, the least over them, so a peer whose KV
-look-ahead is full does not look idle.
+output) would cost at its best healthy replica besides its own prefill:
+``Q(r) * p(r) + pressure(r) + decode(r)``, the least over them, so a peer whose
+KV look-ahead is full, or whose replicas run large batches, does not look idle.
+Its ``region_prefill_price`` is ``p(r) * (1 + harm_weight * D(r))``, the mean
+over its healthy replicas (which one a forward lands on is the peer's choice).
 
 Decision cost: a decision prices the replicas holding part of the prompt,
 then walks an index of replicas sorted by a floor no cost of theirs can go
@@ -161,6 +191,12 @@ class MeridianConfig:
     prefill_s_per_token: float = 0.53e-3
     itl_s: float = 0.035
     step_s: float = 0.030
+    # What one more running sequence adds to a decode step (its GEMM share and
+    # the attention reads of ~1k tokens of context), refined online per replica.
+    seq_s: float = 0.75e-3
+    # Weight of the decode terms (a request's own decode steps and their slowdown
+    # of the running ones) against the time to first token; 0 prices TTFT only.
+    decode_weight: float = 1.0
     local_rtt_s: float = 0.001
     # SP-P's rule in tokens: queued prefill a replica may hold and still admit.
     admission_tokens: int = 4096
@@ -183,6 +219,7 @@ class MeridianConfig:
         positive = {
             "prefill_s_per_token": self.prefill_s_per_token,
             "itl_s": self.itl_s,
+            "seq_s": self.seq_s,
             "admission_tokens": self.admission_tokens,
             "kv_capacity_tokens": self.kv_capacity_tokens,
             "block_tokens": self.block_tokens,
@@ -194,6 +231,8 @@ class MeridianConfig:
                 raise ValueError(f"{key} must be positive")
         if min(self.step_s, self.local_rtt_s, self.harm_weight, self.wait_limit_s) < 0:
             raise ValueError("step_s, local_rtt_s, harm_weight and wait_limit_s must be >= 0")
+        if self.decode_weight < 0:
+            raise ValueError("decode_weight must be >= 0")
         if min(self.lookahead_tokens, self.min_sample_tokens, self.affinity_tokens) < 0:
             raise ValueError("lookahead_tokens, min_sample_tokens and affinity_tokens must be >= 0")
         if not 0.0 < self.ewma_alpha <= 1.0:
@@ -217,6 +256,7 @@ class ReplicaModel:
     prefill_s_per_token: float
     itl_s: float
     mean_output: float
+    seq_s: float
     queued_prefill: int = 0
     kv_tokens: int = 0
     decoding: int = 0
@@ -236,6 +276,9 @@ class MeridianPolicy(PolicyBase):
         # Share of a routed prompt already cached: how likely a request extends an earlier one.
         self.reuse = 0.0
         self.decoding_total = 0
+        # Peer regions this balancer has forwarded to: tenants of the radix tree too
+        # (what was sent there), kept when the local targets change.
+        self._peer_ids: set[str] = set()
         # Replicas by the floor of their cost (queued prefill seconds plus the KV
         # pressure of their ledger), kept sorted as ledgers change, and the least
         # prefill rate: together a lower bound on any cold replica's cost.
@@ -267,7 +310,7 @@ class MeridianPolicy(PolicyBase):
 
     def on_targets_changed(self, target_ids: Sequence[str]) -> None:
         keep = set(target_ids)
-        self.tree.retain_tenants(keep)
+        self.tree.retain_tenants(keep | self._peer_ids)
         self.replicas = {k: v for k, v in self.replicas.items() if k in keep}
         self.decoding_total = sum(m.decoding for m in self.replicas.values())
         self._by_floor = sorted(k for k in self._by_floor if k[1] in keep)
@@ -301,7 +344,9 @@ class MeridianPolicy(PolicyBase):
         admitting = dict(zip(map(_TARGET_ID, available), available))
         waiting = dict(zip(map(_TARGET_ID, held_back), held_back))
         local = admitting.keys() | waiting.keys() if waiting else admitting.keys()
-        uncached = self.uncached_by_target(request, local)
+        peer_ids = [p.target_id for p in peers]
+        uncached = self.uncached_by_target(request, local | set(peer_ids) if peers else local)
+        at_peers = {p: uncached.pop(p) for p in peer_ids if p in uncached}
         if uncached and not waived:
             admitting, waiting = self._with_affinity(request, admitting, waiting, uncached)
         best = self._best_replica(request, admitting, uncached)
@@ -313,12 +358,17 @@ class MeridianPolicy(PolicyBase):
             # What a forward leaves behind: the best local match it does not extend.
             # With no local replica at all there is no locality to lose (None).
             home_uncached = min(uncached.values(), default=request.prompt_tokens) if local else None
-            peer = self._best_peer(request, peers, home_uncached)
+            peer = self._best_peer(request, peers, home_uncached, at_peers)
             if peer.cost_s < best.cost_s:
                 best = peer
         if best.option is Option.REPLICA and best.target is not None:
             tokens = uncached.get(best.target.target_id, request.prompt_tokens)
             self._record(request, best.target, tokens)
+        elif best.option is Option.PEER and best.target is not None:
+            # The peer's balancer routes it to a replica there; later turns of the
+            # same program find its prefix under the peer's name.
+            self._peer_ids.add(best.target.target_id)
+            self.tree.insert(request.block_hashes, best.target.target_id)
         return best
 
     def _with_affinity(
@@ -342,6 +392,14 @@ class MeridianPolicy(PolicyBase):
         # a wait each costs more than itself as a replica, so it never wins as one.
         return near, {**waiting, **admitting}
 
+    def region_prefill_price(self, targets: Sequence[TargetState]) -> float:
+        healthy = [self._model(t.target_id) for t in targets if t.healthy]
+        if not healthy:
+            return math.inf
+        weight = self.config.harm_weight
+        prices = (m.prefill_s_per_token * (1.0 + weight * m.decoding) for m in healthy)
+        return sum(prices) / len(healthy)
+
     def admits(self, target: TargetState) -> bool:
         model = self.replicas.get(target.target_id)
         return model is None or model.queued_prefill < self.config.admission_tokens
@@ -353,9 +411,12 @@ class MeridianPolicy(PolicyBase):
         typical = round(self.mean_uncached) + min(
             round(self.mean_output), self.config.lookahead_tokens
         )
+        output = round(self.mean_output)
         return min(
             (
-                self._queue_s(t.target_id) + self._pressure_s(t, self._model(t.target_id), typical)
+                self._queue_s(t.target_id)
+                + self._pressure_s(t, model := self._model(t.target_id), typical)
+                + self._decode_s(model, output)
                 for t in targets
                 if t.healthy
             ),
@@ -398,6 +459,10 @@ class MeridianPolicy(PolicyBase):
                 decode_s / (output_tokens - 1), self.config.itl_s / 8, self.config.itl_s * 8
             )
             model.itl_s = self._ewma(model.itl_s, sample)
+            # The step's growth past its fixed part, spread over the sequences running.
+            cfg = self.config
+            per_seq = max(0.0, sample - cfg.step_s) / max(1, model.decoding)
+            model.seq_s = self._ewma(model.seq_s, _clamp(per_seq, cfg.seq_s / 8, cfg.seq_s * 8))
         self._reindex(target_id, model)
 
     # -- pricing ------------------------------------------------------------------------
@@ -422,9 +487,12 @@ class MeridianPolicy(PolicyBase):
     def replica_cost(self, request: RequestDescriptor, target: TargetState, uncached: int) -> float:
         """ttft + harm + pressure of sending ``request`` to ``target`` now."""
         model = self._model(target.target_id)
-        return self._cost(model, target, uncached, self._decode_tokens(request))
+        output = self.predicted_output(request)
+        return self._cost(model, target, uncached, self._decode_tokens(request), output)
 
-    def _cost(self, model: ReplicaModel, target: TargetState, uncached: int, decode: int) -> float:
+    def _cost(
+        self, model: ReplicaModel, target: TargetState, uncached: int, decode: int, output: int
+    ) -> float:
         cfg = self.config
         rate = model.prefill_s_per_token
         prefill_s = uncached * rate
@@ -432,7 +500,15 @@ class MeridianPolicy(PolicyBase):
         harm = cfg.harm_weight * prefill_s * model.decoding
         # The KV it adds there: its uncached prompt and its look-ahead decode (the
         # cached prefix is held already, once for every request sharing it).
-        return ttft + harm + self._pressure_s(target, model, uncached + decode)
+        pressure = self._pressure_s(target, model, uncached + decode)
+        return ttft + harm + pressure + self._decode_s(model, output)
+
+    def _decode_s(self, model: ReplicaModel, output: int) -> float:
+        """Decode seconds ``output`` tokens cost on a replica: its own steps, each
+        one sequence fuller than now, and the same slowdown of the ``D`` running."""
+        cfg = self.config
+        slowdown = (1.0 + cfg.harm_weight * model.decoding) * model.seq_s
+        return cfg.decode_weight * output * (model.itl_s + slowdown)
 
     def _pressure_s(self, target: TargetState, model: ReplicaModel, kv_tokens: int) -> float:
         """Seconds until ``target`` frees room for ``kv_tokens`` more KV tokens."""
@@ -492,6 +568,7 @@ class MeridianPolicy(PolicyBase):
         if not by_id:
             return None, math.inf
         decode = self._decode_tokens(request)
+        output = self.predicted_output(request)
         best: TargetState | None = None
         best_cost = math.inf
         holders = 0
@@ -501,7 +578,7 @@ class MeridianPolicy(PolicyBase):
                 continue
             holders += 1
             rate = self._model(target_id).prefill_s_per_token
-            cost = self._cost(self.replicas[target_id], target, tokens, decode)
+            cost = self._cost(self.replicas[target_id], target, tokens, decode, output)
             cost += extra_tokens * rate
             if best is None or (cost, load_key(target)) < (best_cost, load_key(best)):
                 best, best_cost = target, cost
@@ -541,27 +618,47 @@ class MeridianPolicy(PolicyBase):
             overflow = held + added - capacity
             if overflow > 0:
                 cost += overflow * model.mean_output * model.itl_s / (held if held > 1 else 1)
+            cost += self._decode_s(model, output)
             cost += extra_tokens * rate
             if cost < best_cost:
                 best, best_cost = target, cost
         return best, best_cost
 
     def _best_peer(
-        self, request: RequestDescriptor, peers: Sequence[TargetState], home_uncached: int | None
+        self,
+        request: RequestDescriptor,
+        peers: Sequence[TargetState],
+        home_uncached: int | None,
+        at_peers: Mapping[str, int],
     ) -> Choice:
         cfg = self.config
         rate = self._mean_rate()
         # Per-token price of prefill anywhere: its own wait plus its harm to decoders.
         per_token = rate * (1.0 + cfg.harm_weight * self._mean_decoding())
-        here = request.prompt_tokens * per_token + cfg.step_s
-        lost = 0.0
+        prompt = request.prompt_tokens
+        output = self.predicted_output(request)
+        left_behind = 0.0
         if home_uncached is not None:
-            lost = self.reuse * (home_uncached + self.predicted_output(request)) * per_token
+            left_behind = self.reuse * (home_uncached + output) * per_token
+        # A peer that reports no prefill price prices no decode in its estimate
+        # either: its decode is taken to cost what it costs here on average (a
+        # walk over every replica, so only when such a peer is there).
+        decode_here = 0.0
+        if any("prefill_s_per_token" not in p.extra for p in peers):
+            models = self.replicas.values()
+            decode_here = sum(self._decode_s(m, output) for m in models) / max(1, len(models))
 
         def cost(peer: TargetState) -> float:
             rtt_ms = peer.extra.get("rtt_ms", math.inf)
             rtt = rtt_ms / 1000.0 if math.isfinite(rtt_ms) else math.inf
-            return rtt + peer.extra.get("estimate_s", 0.0) + here + lost
+            uncached = at_peers.get(peer.target_id, prompt)
+            # Forwarding leaves locality behind only where home holds more of it.
+            lost = left_behind if home_uncached is not None and uncached > home_uncached else 0.0
+            # The peer's own price where it reports one (its decoders, not ours).
+            price = peer.extra.get("prefill_s_per_token")
+            here = uncached * (per_token if price is None else price) + cfg.step_s
+            decode = decode_here if price is None else 0.0
+            return rtt + peer.extra.get("estimate_s", 0.0) + here + lost + decode
 
         best = min(peers, key=lambda p: (cost(p), p.target_id))
         return Choice(Option.PEER, best, cost(best))
@@ -605,7 +702,7 @@ class MeridianPolicy(PolicyBase):
         if model is None:
             cfg = self.config
             model = ReplicaModel(
-                cfg.prefill_s_per_token, cfg.itl_s, float(cfg.default_output_tokens)
+                cfg.prefill_s_per_token, cfg.itl_s, float(cfg.default_output_tokens), cfg.seq_s
             )
             self.replicas[target_id] = model
             self._least_rate = min(self._least_rate, model.prefill_s_per_token)

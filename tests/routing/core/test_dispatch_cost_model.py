@@ -7,6 +7,8 @@ of 1,000 queued prefill tokens, a clock the test moves.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from routing.core.availability import PushingConfig, PushingMode
@@ -42,7 +44,7 @@ def build(replicas: tuple[str, ...], peers: tuple[PeerSpec, ...] = ()) -> tuple[
     spec = ModelSpec(
         MODEL,
         policy="meridian",
-        policy_params={"admission_tokens": 1000},
+        policy_params={"admission_tokens": 1000, "decode_weight": 0.0},
         pushing=PushingConfig(PushingMode.TOKENS),
     )
     names = [ReplicaSpec(n, f"http://{n}", MODEL, "us", "us-1", "reserved") for n in replicas]
@@ -109,3 +111,21 @@ def test_forwarding_happens_when_the_peer_beats_waiting_and_never_twice() -> Non
     # The region tells its peers how long a new request would queue for prefill.
     assert report.estimates[MODEL] == pytest.approx(8000 * 0.53e-3)
     assert Heartbeat.from_json(report.to_json()).estimates == report.estimates
+    # And what one uncached prompt token costs here (nothing decodes yet: the rate alone).
+    assert report.prefill_prices[MODEL] == pytest.approx(0.53e-3)
+    assert Heartbeat.from_json(report.to_json()).prefill_prices == report.prefill_prices
+
+
+def test_a_peers_reported_prefill_price_reaches_the_cost_model_and_goes_with_it() -> None:
+    _, _, remote, _ = build(("a",), (NEAR,))
+    priced = Heartbeat(
+        "near", "eu", "http://near", 0.0, 1, 1, 0, 0, {MODEL: 1},
+        estimates={MODEL: 0.5}, prefill_prices={MODEL: 2e-3},
+    )  # fmt: skip
+    remote.record_report("near", priced)
+    (peer,) = remote.candidates(MODEL)
+    assert peer.extra["prefill_s_per_token"] == 2e-3
+    # A later report without a price (an older peer) leaves none behind.
+    remote.record_report("near", replace(priced, prefill_prices={}))
+    (peer,) = remote.candidates(MODEL)
+    assert "prefill_s_per_token" not in peer.extra

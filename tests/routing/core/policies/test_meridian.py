@@ -20,6 +20,8 @@ from routing.core.types import RequestDescriptor, TargetState
 from tests.support.descriptors import prefix, request, target
 
 RATE = MeridianConfig().prefill_s_per_token
+# The terms of the time to first token on their own, without the decode terms.
+NO_DECODE = MeridianConfig(decode_weight=0.0)
 
 
 def peer(name: str, rtt_ms: float, estimate_s: float = 0.0) -> TargetState:
@@ -44,7 +46,7 @@ def test_it_is_the_registry_default_and_admits_by_tokens() -> None:
 
 
 def test_the_replica_holding_the_prefix_is_cheaper_by_the_tokens_it_saves() -> None:
-    policy = MeridianPolicy()
+    policy = MeridianPolicy(NO_DECODE)
     a, b = target("a"), target("b")
     doc = prefix(1, 40)
     first = request(doc)
@@ -74,7 +76,7 @@ def test_queued_prefill_outweighs_a_small_saving() -> None:
 
 
 def test_harm_sends_a_cold_prompt_where_fewer_requests_decode() -> None:
-    policy = MeridianPolicy(MeridianConfig(harm_weight=1.0))
+    policy = MeridianPolicy(MeridianConfig(harm_weight=1.0, decode_weight=0.0))
     busy, quiet = target("busy"), target("quiet")
     for i in range(3):
         policy.select(sized(16, f"d{i}"), [busy])
@@ -109,7 +111,9 @@ def test_kv_look_ahead_prices_a_replica_that_would_overflow() -> None:
 def test_a_cached_prefix_adds_no_kv_where_it_is_held() -> None:
     # Requests sharing a system prompt hold its KV once: a holder's look-ahead grows
     # by a newcomer's uncached tokens and decode only, a cold replica's by all of it.
-    config = MeridianConfig(kv_capacity_tokens=4096, lookahead_tokens=100, harm_weight=0.0)
+    config = MeridianConfig(
+        kv_capacity_tokens=4096, lookahead_tokens=100, harm_weight=0.0, decode_weight=0.0
+    )
     policy = MeridianPolicy(config)
     holder, cold = target("holder"), target("cold")
     system = prefix(1, 150)  # 2,400 tokens
@@ -175,7 +179,9 @@ def test_prefix_affinity_waits_for_the_holder_until_the_wait_limit() -> None:
     # A cold copy of a shared prefix pins KV for as long as the prefix is in use,
     # which no price of the present sees: within wait_limit_s a replica lacking more
     # than affinity_tokens of what the holder caches is reached only by waiting.
-    policy = MeridianPolicy(MeridianConfig(admission_tokens=1000, affinity_tokens=256))
+    policy = MeridianPolicy(
+        MeridianConfig(admission_tokens=1000, affinity_tokens=256, decode_weight=0.0)
+    )
     holder, near, cold = target("holder"), target("near"), target("cold")
     system = prefix(1, 150)  # 2,400 tokens
     policy.select(request(system), [holder])
@@ -200,7 +206,9 @@ def test_prefix_affinity_waits_for_the_holder_until_the_wait_limit() -> None:
 
 
 def test_queued_requests_ahead_make_waiting_dearer() -> None:
-    policy = MeridianPolicy(MeridianConfig(admission_tokens=100, affinity_tokens=1 << 20))
+    policy = MeridianPolicy(
+        MeridianConfig(admission_tokens=100, affinity_tokens=1 << 20, decode_weight=0.0)
+    )
     holder, cold = target("holder"), target("cold")
     first = request(prefix(1, 20))
     policy.select(first, [holder])
@@ -231,7 +239,7 @@ def test_forward_only_when_the_peer_is_genuinely_cheaper() -> None:
 
 
 def test_a_forward_pays_for_the_locality_it_leaves_behind() -> None:
-    config = MeridianConfig(ewma_alpha=1.0)
+    config = MeridianConfig(ewma_alpha=1.0, decode_weight=0.0)
     policy = MeridianPolicy(config)
     home, near = target("home"), peer("eu", rtt_ms=80.0)
     doc = prefix(1, 40)
@@ -245,7 +253,8 @@ def test_a_forward_pays_for_the_locality_it_leaves_behind() -> None:
     # A routed prompt that was 90 % cached teaches that most requests extend an earlier one.
     policy.select(request(prefix(3, 4, doc)), [home])
     assert policy.reuse == pytest.approx(1 - 64 / 704)
-    learned = policy.choose(follow_up, [], [home], [near])
+    # Another peer: ``near`` now holds the follow-up (it was just forwarded there).
+    learned = policy.choose(follow_up, [], [home], [peer("ap", rtt_ms=80.0)])
     # The follow-up would leave 64 new tokens and its reply missing at home.
     lost = policy.reuse * (64 + policy.predicted_output(follow_up)) * RATE
     assert learned.option is Option.PEER
@@ -253,7 +262,7 @@ def test_a_forward_pays_for_the_locality_it_leaves_behind() -> None:
 
 
 def test_a_peer_pays_harm_to_its_decoders_like_a_replica() -> None:
-    policy = MeridianPolicy()
+    policy = MeridianPolicy(NO_DECODE)
     local, near = target("local"), peer("eu", rtt_ms=80.0)
     idle = policy.choose(sized(500, "a"), [], [], [near]).cost_s
     busy = sized(100, "busy")
@@ -262,6 +271,94 @@ def test_a_peer_pays_harm_to_its_decoders_like_a_replica() -> None:
     # One request decoding on the one local replica: the fleet's mean is one decoder.
     harmed = policy.choose(sized(500, "b"), [], [], [near]).cost_s
     assert harmed - idle == pytest.approx(policy.config.harm_weight * 500 * RATE)
+
+
+def test_decode_terms_price_the_batch_a_request_joins() -> None:
+    policy = MeridianPolicy()
+    a, b = target("a"), target("b")
+    for i in range(4):
+        running = sized(100, f"run{i}")
+        policy.select(running, [a])
+        policy.observe_first_token(running, "a", on_profile(100))
+    probe = sized(100, "probe", output=50)
+    # Four requests decode on a, none on b; the same prefill harm aside, a is dearer
+    # by the newcomer's own steps (four sequences fuller) and its slowdown of those four.
+    config = policy.config
+    harm = config.harm_weight * 100 * RATE * 4
+    decode = 50 * config.harm_weight * 4 * config.seq_s
+    assert policy.replica_cost(probe, a, 100) - policy.replica_cost(probe, b, 100) == (
+        pytest.approx(harm + decode)
+    )
+    # With the decode terms off only the time to first token (and its harm) counts.
+    ttft_only = MeridianPolicy(NO_DECODE)
+    ttft_only.replicas = policy.replicas
+    assert ttft_only.replica_cost(probe, a, 100) - ttft_only.replica_cost(
+        probe, b, 100
+    ) == pytest.approx(harm)
+    assert policy.choose(probe, [a, b], [], []).target is b
+
+
+def test_the_step_growth_per_running_sequence_is_learned_from_inter_token_latency() -> None:
+    config = MeridianConfig(ewma_alpha=1.0)
+    policy = MeridianPolicy(config)
+    a = target("a")
+    for i in range(10):
+        running = sized(100, f"run{i}")
+        policy.select(running, [a])
+        policy.observe_first_token(running, "a", on_profile(100))
+    # 101 tokens in 5 s: 50 ms per step with ten running, 20 ms past the fixed step.
+    policy.observe_finish(sized(100, "run0"), "a", decode_s=5.0, output_tokens=101)
+    assert policy.replicas["a"].seq_s == pytest.approx((0.05 - config.step_s) / 10)
+
+
+def test_a_prompt_forwarded_to_a_peer_is_priced_there_by_what_it_lacks() -> None:
+    policy = MeridianPolicy(NO_DECODE)
+    home, near = target("home"), peer("eu", rtt_ms=80.0)
+    policy.select(sized(8000, "huge"), [home])  # home is held back behind its queue
+    doc = prefix(1, 40)
+    first = policy.choose(request(doc), [], [home], [near])
+    assert first.option is Option.PEER
+    # The next turn extends what went to the peer: there it lacks only 4 blocks.
+    follow_up = request(prefix(2, 4, doc))
+    cold = policy.choose(follow_up, [], [home], [peer("ap", rtt_ms=80.0)])
+    warm = policy.choose(follow_up, [], [home], [near])
+    assert warm.option is Option.PEER and warm.target is near
+    # 640 cached tokens fewer to prefill (nothing decodes here: no harm to add).
+    assert cold.cost_s - warm.cost_s == pytest.approx(40 * 16 * RATE)
+    # The tree keeps what went to the peers (the follow-up too) when local targets change.
+    policy.on_targets_changed(["home"])
+    assert policy.uncached_by_target(follow_up, {"eu", "home"}) == {"eu": 0}
+
+
+def test_a_peer_that_reports_its_prices_is_priced_by_them() -> None:
+    policy = MeridianPolicy()
+    local = target("local")
+    busy = sized(100, "busy")
+    policy.select(busy, [local])
+    policy.observe_first_token(busy, "local", on_profile(100))
+    unpriced = peer("eu", rtt_ms=80.0, estimate_s=1.0)
+    priced = target("ap", extra={"rtt_ms": 80.0, "estimate_s": 1.0, "prefill_s_per_token": RATE})
+    out = policy.predicted_output(sized(500, "x"))
+    # Unpriced: this region's decoders and its own decode cost stand in for the peer's.
+    expected = 0.08 + 1.0 + 500 * RATE * 2 + policy.config.step_s
+    expected += policy._decode_s(policy.replicas["local"], out)
+    assert policy.choose(sized(500, "a"), [], [], [unpriced]).cost_s == pytest.approx(expected)
+    # Priced: its own per-token price, and its decode is in its estimate already.
+    expected = 0.08 + 1.0 + 500 * RATE + policy.config.step_s
+    assert policy.choose(sized(500, "b"), [], [], [priced]).cost_s == pytest.approx(expected)
+
+
+def test_the_region_prefill_price_counts_the_harm_to_its_decoders() -> None:
+    policy = MeridianPolicy()
+    a, b = target("a"), target("b")
+    for i in range(3):
+        running = sized(100, f"run{i}")
+        policy.select(running, [a])
+        policy.observe_first_token(running, "a", on_profile(100))
+    weight = policy.config.harm_weight
+    # a prices a token for itself and its three decoders, b for itself: the mean.
+    assert policy.region_prefill_price([a, b]) == pytest.approx(RATE * (1 + 3 * weight + 1) / 2)
+    assert math.isinf(policy.region_prefill_price([]))
 
 
 def test_no_option_at_all_is_an_infinite_wait() -> None:
@@ -298,7 +395,7 @@ def test_the_predicted_output_falls_back_to_what_was_seen_capped_by_max_tokens()
 
 
 def test_region_estimate_is_the_least_queued_prefill_time() -> None:
-    policy = MeridianPolicy()
+    policy = MeridianPolicy(NO_DECODE)
     a, b = target("a"), target("b")
     policy.select(sized(400, "x"), [a])
     policy.select(sized(2000, "y"), [b])
@@ -309,7 +406,9 @@ def test_region_estimate_is_the_least_queued_prefill_time() -> None:
 
 
 def test_region_estimate_counts_the_kv_look_ahead_of_a_typical_request() -> None:
-    config = MeridianConfig(kv_capacity_tokens=4096, lookahead_tokens=100, ewma_alpha=1.0)
+    config = MeridianConfig(
+        kv_capacity_tokens=4096, lookahead_tokens=100, ewma_alpha=1.0, decode_weight=0.0
+    )
     policy = MeridianPolicy(config)
     a = target("a")
     first = sized(3900, "r1", output=500)
@@ -402,5 +501,7 @@ def test_bad_config_is_refused() -> None:
         MeridianConfig(admission_tokens=0)
     with pytest.raises(ValueError, match="affinity_tokens"):
         MeridianConfig(affinity_tokens=-1)
+    with pytest.raises(ValueError, match="decode_weight"):
+        MeridianConfig(decode_weight=-1.0)
     with pytest.raises(ValueError, match="ewma_alpha"):
         MeridianConfig(ewma_alpha=0.0)
