@@ -100,9 +100,9 @@ class CostModel(Protocol):
         (queued prefill or KV room, for peers' reports)."""
         ...
 
-    def region_prefill_price(self, targets: Sequence[TargetState]) -> float:
-        """Seconds one uncached prompt token costs here, its harm to the requests
-        decoding here included (for peers' reports)."""
+    def region_prices(self, targets: Sequence[TargetState]) -> tuple[float, float]:
+        """Seconds one uncached prompt token and one output token cost here, the
+        delay each adds to the requests decoding here included (for peers' reports)."""
         ...
 
     def observe_first_token(

@@ -23,12 +23,13 @@ Terms (seconds unless said), and where each number comes from:
 * ``itl(r)``: seconds per output token on ``r``, ``itl_s`` by default (one
   decode step of the profile), learned from ``(finish - first token) /
   (output tokens - 1)`` by the same EWMA.  It prices how soon a replica whose
-  KV look-ahead is full frees room (``pressure`` below) and the decode terms.
-* ``s(r)``: what one more running sequence adds to a decode step on ``r``,
-  ``seq_s`` by default (the profile's per-sequence GEMM share plus attention
-  reads of ~1k tokens of context: 0.75 ms on an L4), learned from the same
-  samples as ``(itl sample - step_s) / D(r)`` (the step's growth past its fixed
-  part, spread over the sequences running).
+  KV look-ahead is full frees room (``pressure`` below).
+* ``s``: what one more running sequence adds to a decode step, ``seq_s`` (the
+  profile's per-sequence GEMM share plus attention reads of ~1k tokens of
+  context: 0.75 ms on an L4).  Not learned: a sample ``(itl - step_s) / D``
+  also carries the prefill chunks that shared those steps, and regions whose
+  learned ``s`` drifted apart forwarded to each other under equal load
+  (symmetric conversations, 120 s: 17.4 % forwarded, TTFT p90 0.44 s).
 * ``Q(r)``: queued prefill work: the uncached prompt tokens of requests this
   balancer sent to ``r`` whose first token has not come back yet.  The
   balancer owns its replicas, so its ledger is the whole queue.
@@ -69,17 +70,21 @@ Terms (seconds unless said), and where each number comes from:
 * Predicted output length: ``request.predicted_output_tokens`` when a
   predictor filled it in, else the mean output length this balancer has seen
   (EWMA, starting at ``default_output_tokens``), capped by ``max_tokens``.
-* ``decode(r) = decode_weight * out * (itl(r) + (1 + harm_weight * D(r)) *
-  s(r))``: the request's own ``out`` (predicted) decode steps, each one
-  sequence fuller than now, plus the same slowdown of each of the ``D(r)``
-  requests decoding there for as long.  In a closed loop a client's next
-  request waits for this one's last token, so decode time, not TTFT, is what
-  sets throughput; without this term a region whose replicas each ran 40
-  requests (TTFT still short) forwarded 0.6 % of its requests to regions
-  running 13 (Figure 10's setting, 9 replicas: 28.65 req/s; with it and the
-  peer terms below, 30.49).  ``decode_weight`` 0 prices TTFT alone.
-* ``cost(r) = ttft(r) + harm(r) + pressure(r) + decode(r)`` for a replica that
-  admits.
+* ``cost(r) = ttft(r) + harm(r) + pressure(r)`` for a replica that admits.
+* ``decode(r) = decode_weight * (step_s + (D(r) + 1 + harm_weight * D(r)) *
+  s)`` per output token: a decode step one sequence fuller than now, plus the
+  same slowdown of each of the ``D(r)`` requests decoding there.  In a closed
+  loop a client's next request waits for this one's last token, so decode
+  time, not TTFT, sets throughput; where clients are skewed between regions,
+  batches are too (Figure 10's setting, 120/40/40 clients on 3/3/3 replicas:
+  ~40 running per US replica, ~13 abroad, TTFT still short), and without this
+  term the policy forwarded 0.6 % of requests.  It enters only where a peer is
+  an option, as the region's mean over its replicas times the predicted
+  output, added to every local option and set against the peer's own mean
+  (``decode_prices``): within a region harm and admission already spread the
+  decoders, and pricing each replica's own batch there moved TTFT for little
+  (Azure conversations, 300 s: TTFT p90 1.17 to 1.98 s).  ``decode_weight`` 0
+  prices TTFT alone.
 
 Admission (SP-P's rule, "do not pile onto an engine with a waiting queue", in
 tokens): ``r`` admits while ``Q(r) < admission_tokens`` (default two chunked
@@ -121,41 +126,47 @@ option again, so affinity delays a cold placement by at most that long.
 
 Peer ``g``: priced with the same terms as a replica, seen from here:
 
-* ``rtt(g) + estimate(g) + step_s + U(g) * price(g)``: ``rtt(g)`` is the
-  configured round trip, ``estimate(g)`` the seconds that region reports for
-  itself in its availability heartbeat (``region_estimate``: its queue, KV
-  pressure and a typical request's decode terms);
+* ``rtt(g) + estimate(g) + step_s + U(g) * price(g) + out * decode(g)``:
+  ``rtt(g)`` is the configured round trip, ``estimate(g)`` the seconds that
+  region reports for itself in its availability heartbeat
+  (``region_estimate``: its queue and KV pressure);
 * ``U(g)``: this prompt's tokens that region lacks.  The radix tree has each
   peer as a tenant too, holding what this balancer forwarded there (the
   peer's balancer sends it to a replica, which keeps it), so the next turn of
   a conversation that went abroad is priced there by its new tokens only, as
   SkyLB's snapshot trie does, rather than as a cold prompt; a prompt never
   sent there counts whole;
-* ``price(g)``: seconds per uncached prompt token there, prefill plus harm to
-  the requests decoding there, as the peer reports it
-  (``region_prefill_price``, the heartbeat's ``prefill_prices``).  A peer that
-  reports none (an older balancer) is priced with this region's mean rate and
-  decoders, ``(1 + harm_weight * D) * p``, plus this region's mean ``decode``
-  for the request (its estimate then holds none).  Pricing the peer's prefill
-  with this region's decoders made a busy region's forward look as harmful as
-  a local one;
-* the locality it loses here, when home holds more of the prompt than the
-  peer (``U_home < U(g)``): the later turns or branches of this request's
-  program still arrive here, where the replica that would have served it now
-  lacks its new tokens and its reply.  Each of them recomputes ``U_home +
-  predicted output`` tokens (``U_home``: this prompt's uncached tokens at the
-  local replica holding its longest prefix), priced like any prefill,
-  ``(1 + harm_weight * D) * p`` per token, times ``reuse``: how likely a later
+* ``price(g)`` and ``decode(g)``: seconds per uncached prompt token there
+  (prefill plus harm to the requests decoding there) and per output token, as
+  the peer reports them (``region_prices``, the heartbeat's ``prefill_prices``
+  and ``decode_prices``).  A peer that reports none (an older balancer) is
+  priced with this region's mean rate and decoders, ``(1 + harm_weight * D) *
+  p``, and this region's mean ``decode``.  Pricing the peer's prefill with
+  this region's decoders made a busy region's forward look as harmful as a
+  local one;
+* the locality it loses here, unless the peer holds more of the prompt than
+  home (``U(g) < U_home``, a program already living there): the later turns
+  or branches of this request's program still arrive here, where the replica
+  that would have served it now lacks its new tokens and its reply.  Each of
+  them recomputes ``U_home + predicted output`` tokens (``U_home``: this
+  prompt's uncached tokens at the local replica holding its longest prefix),
+  priced like any prefill, ``(1 + harm_weight * D) * p`` per token, times
+  ``reuse``: how likely a later
   request is to extend this one, learned as the share of each routed prompt
   that was already cached (EWMA), so a workload of unique prompts pays nothing
   for forwarding.  Where the peer holds more, forwarding leaves nothing behind.
+  Charged at equal holdings too: without it a new conversation's first turn,
+  whose system prompt both hold, moved on noise, and the rest of the
+  conversation followed it (symmetric conversations, 120 s: 13.7 % forwarded,
+  TTFT p90 0.41 s against 0.32 s; 1.9 % and 0.32 s with it).
 
 A region's ``region_estimate`` is what a typical request (mean prompt, mean
-output) would cost at its best healthy replica besides its own prefill:
-``Q(r) * p(r) + pressure(r) + decode(r)``, the least over them, so a peer whose
-KV look-ahead is full, or whose replicas run large batches, does not look idle.
-Its ``region_prefill_price`` is ``p(r) * (1 + harm_weight * D(r))``, the mean
-over its healthy replicas (which one a forward lands on is the peer's choice).
+output) would wait before its own prefill, ``Q(r) * p(r) + pressure(r)``, and
+its ``region_prices`` are ``p(r) * (1 + harm_weight * D(r))`` and
+``decode(r)``: each the mean over its healthy replicas, so a peer whose KV
+look-ahead is full, or whose replicas run large batches, does not look idle.
+The mean, not the least (``_typical_mean``): a forward lands where the peer's
+balancer puts it on arrival, and every region reads the same report.
 
 Decision cost: a decision prices the replicas holding part of the prompt,
 then walks an index of replicas sorted by a floor no cost of theirs can go
@@ -192,7 +203,7 @@ class MeridianConfig:
     itl_s: float = 0.035
     step_s: float = 0.030
     # What one more running sequence adds to a decode step (its GEMM share and
-    # the attention reads of ~1k tokens of context), refined online per replica.
+    # the attention reads of ~1k tokens of context).
     seq_s: float = 0.75e-3
     # Weight of the decode terms (a request's own decode steps and their slowdown
     # of the running ones) against the time to first token; 0 prices TTFT only.
@@ -256,7 +267,6 @@ class ReplicaModel:
     prefill_s_per_token: float
     itl_s: float
     mean_output: float
-    seq_s: float
     queued_prefill: int = 0
     kv_tokens: int = 0
     decoding: int = 0
@@ -349,9 +359,13 @@ class MeridianPolicy(PolicyBase):
         at_peers = {p: uncached.pop(p) for p in peer_ids if p in uncached}
         if uncached and not waived:
             admitting, waiting = self._with_affinity(request, admitting, waiting, uncached)
-        best = self._best_replica(request, admitting, uncached)
+        # Decode terms only where a peer is an option: see ``decode`` above.
+        decode_here = self._decode_here(request) if peers else 0.0
+        best = self._best_replica(request, admitting, uncached, decode_here)
         if waiting:
-            wait = self._best_wait(request, waiting, uncached, queued_ahead, len(local))
+            wait = self._best_wait(
+                request, waiting, uncached, queued_ahead, len(local), decode_here
+            )
             if wait.cost_s < best.cost_s:
                 best = wait
         if peers:
@@ -392,14 +406,6 @@ class MeridianPolicy(PolicyBase):
         # a wait each costs more than itself as a replica, so it never wins as one.
         return near, {**waiting, **admitting}
 
-    def region_prefill_price(self, targets: Sequence[TargetState]) -> float:
-        healthy = [self._model(t.target_id) for t in targets if t.healthy]
-        if not healthy:
-            return math.inf
-        weight = self.config.harm_weight
-        prices = (m.prefill_s_per_token * (1.0 + weight * m.decoding) for m in healthy)
-        return sum(prices) / len(healthy)
-
     def admits(self, target: TargetState) -> bool:
         model = self.replicas.get(target.target_id)
         return model is None or model.queued_prefill < self.config.admission_tokens
@@ -408,20 +414,39 @@ class MeridianPolicy(PolicyBase):
         return waited_s >= self.config.wait_limit_s
 
     def region_estimate(self, targets: Sequence[TargetState]) -> float:
-        typical = round(self.mean_uncached) + min(
-            round(self.mean_output), self.config.lookahead_tokens
-        )
-        output = round(self.mean_output)
-        return min(
-            (
-                self._queue_s(t.target_id)
-                + self._pressure_s(t, model := self._model(t.target_id), typical)
-                + self._decode_s(model, output)
-                for t in targets
-                if t.healthy
-            ),
-            default=math.inf,
-        )
+        return self._typical_mean(targets)[0]
+
+    def region_prices(self, targets: Sequence[TargetState]) -> tuple[float, float]:
+        _, prefill, decode = self._typical_mean(targets)
+        return prefill, decode
+
+    def _typical_mean(self, targets: Sequence[TargetState]) -> tuple[float, float, float]:
+        """A typical request (mean uncached prompt, mean output) here, averaged over
+        the healthy replicas: the seconds it would wait before its own prefill
+        (queue, KV pressure), and the prices of one prompt token (prefill plus harm
+        to the decoders) and one output token (the decode terms).  The mean, not the
+        least: a forward lands wherever the peer's balancer puts it on arrival, a
+        poll interval and a round trip after the report, and every region reads the
+        same report.  Reporting the least-loaded replica made regions under the
+        same load forward to each other (Azure conversations, 300 s, with decode
+        terms on every option: 56 % of requests forwarded reporting the replica
+        least for the sum, 13.6 % reporting the mean)."""
+        cfg = self.config
+        uncached = round(self.mean_uncached)
+        kv_tokens = uncached + min(round(self.mean_output), cfg.lookahead_tokens)
+        wait = prefill = decode = 0.0
+        healthy = 0
+        for t in targets:
+            if not t.healthy:
+                continue
+            model = self._model(t.target_id)
+            healthy += 1
+            wait += self._queue_s(t.target_id) + self._pressure_s(t, model, kv_tokens)
+            prefill += model.prefill_s_per_token * (1.0 + cfg.harm_weight * model.decoding)
+            decode += self._decode_s(model, 1)
+        if not healthy:
+            return math.inf, math.inf, math.inf
+        return wait / healthy, prefill / healthy, decode / healthy
 
     def observe_first_token(
         self, request: RequestDescriptor, target_id: str, ttft_s: float
@@ -459,10 +484,6 @@ class MeridianPolicy(PolicyBase):
                 decode_s / (output_tokens - 1), self.config.itl_s / 8, self.config.itl_s * 8
             )
             model.itl_s = self._ewma(model.itl_s, sample)
-            # The step's growth past its fixed part, spread over the sequences running.
-            cfg = self.config
-            per_seq = max(0.0, sample - cfg.step_s) / max(1, model.decoding)
-            model.seq_s = self._ewma(model.seq_s, _clamp(per_seq, cfg.seq_s / 8, cfg.seq_s * 8))
         self._reindex(target_id, model)
 
     # -- pricing ------------------------------------------------------------------------
@@ -487,12 +508,9 @@ class MeridianPolicy(PolicyBase):
     def replica_cost(self, request: RequestDescriptor, target: TargetState, uncached: int) -> float:
         """ttft + harm + pressure of sending ``request`` to ``target`` now."""
         model = self._model(target.target_id)
-        output = self.predicted_output(request)
-        return self._cost(model, target, uncached, self._decode_tokens(request), output)
+        return self._cost(model, target, uncached, self._decode_tokens(request))
 
-    def _cost(
-        self, model: ReplicaModel, target: TargetState, uncached: int, decode: int, output: int
-    ) -> float:
+    def _cost(self, model: ReplicaModel, target: TargetState, uncached: int, decode: int) -> float:
         cfg = self.config
         rate = model.prefill_s_per_token
         prefill_s = uncached * rate
@@ -500,15 +518,15 @@ class MeridianPolicy(PolicyBase):
         harm = cfg.harm_weight * prefill_s * model.decoding
         # The KV it adds there: its uncached prompt and its look-ahead decode (the
         # cached prefix is held already, once for every request sharing it).
-        pressure = self._pressure_s(target, model, uncached + decode)
-        return ttft + harm + pressure + self._decode_s(model, output)
+        return ttft + harm + self._pressure_s(target, model, uncached + decode)
 
     def _decode_s(self, model: ReplicaModel, output: int) -> float:
         """Decode seconds ``output`` tokens cost on a replica: its own steps, each
         one sequence fuller than now, and the same slowdown of the ``D`` running."""
         cfg = self.config
-        slowdown = (1.0 + cfg.harm_weight * model.decoding) * model.seq_s
-        return cfg.decode_weight * output * (model.itl_s + slowdown)
+        running = model.decoding
+        step = cfg.step_s + (running + 1 + cfg.harm_weight * running) * cfg.seq_s
+        return cfg.decode_weight * output * step
 
     def _pressure_s(self, target: TargetState, model: ReplicaModel, kv_tokens: int) -> float:
         """Seconds until ``target`` frees room for ``kv_tokens`` more KV tokens."""
@@ -524,12 +542,23 @@ class MeridianPolicy(PolicyBase):
         return min(self.predicted_output(request), self.config.lookahead_tokens)
 
     def _best_replica(
-        self, request: RequestDescriptor, targets: dict[str, TargetState], uncached: dict[str, int]
+        self,
+        request: RequestDescriptor,
+        targets: dict[str, TargetState],
+        uncached: dict[str, int],
+        decode_here: float,
     ) -> Choice:
         best, cost = self._cheapest(request, targets, uncached, 0.0)
         if best is None:
             return Choice(Option.WAIT, None, math.inf)
-        return Choice(Option.REPLICA, best, cost)
+        return Choice(Option.REPLICA, best, cost + decode_here)
+
+    def _decode_here(self, request: RequestDescriptor) -> float:
+        """The request's decode terms in this region, the mean over its replicas (as
+        a peer reports its own): what a local option is set against a peer with."""
+        models = self.replicas.values()
+        per_token = sum(self._decode_s(m, 1) for m in models) / max(1, len(models))
+        return self.predicted_output(request) * per_token
 
     def _best_wait(
         self,
@@ -538,13 +567,14 @@ class MeridianPolicy(PolicyBase):
         uncached: dict[str, int],
         queued_ahead: int,
         replicas: int,
+        decode_here: float,
     ) -> Choice:
         # replica_cost already counts all of Q(h): what waits here for h to admit is
         # prefilled that much later at the engine, not twice.  What waiting adds is
         # the requests queued ahead here, spread over the region's replicas.
         ahead_tokens = queued_ahead * self.mean_uncached / max(1, replicas)
         _, cost = self._cheapest(request, held_back, uncached, ahead_tokens)
-        return Choice(Option.WAIT, None, cost)
+        return Choice(Option.WAIT, None, cost + decode_here)
 
     def _cheapest(
         self,
@@ -568,7 +598,6 @@ class MeridianPolicy(PolicyBase):
         if not by_id:
             return None, math.inf
         decode = self._decode_tokens(request)
-        output = self.predicted_output(request)
         best: TargetState | None = None
         best_cost = math.inf
         holders = 0
@@ -578,7 +607,7 @@ class MeridianPolicy(PolicyBase):
                 continue
             holders += 1
             rate = self._model(target_id).prefill_s_per_token
-            cost = self._cost(self.replicas[target_id], target, tokens, decode, output)
+            cost = self._cost(self.replicas[target_id], target, tokens, decode)
             cost += extra_tokens * rate
             if best is None or (cost, load_key(target)) < (best_cost, load_key(best)):
                 best, best_cost = target, cost
@@ -618,7 +647,6 @@ class MeridianPolicy(PolicyBase):
             overflow = held + added - capacity
             if overflow > 0:
                 cost += overflow * model.mean_output * model.itl_s / (held if held > 1 else 1)
-            cost += self._decode_s(model, output)
             cost += extra_tokens * rate
             if cost < best_cost:
                 best, best_cost = target, cost
@@ -640,25 +668,21 @@ class MeridianPolicy(PolicyBase):
         left_behind = 0.0
         if home_uncached is not None:
             left_behind = self.reuse * (home_uncached + output) * per_token
-        # A peer that reports no prefill price prices no decode in its estimate
-        # either: its decode is taken to cost what it costs here on average (a
-        # walk over every replica, so only when such a peer is there).
-        decode_here = 0.0
-        if any("prefill_s_per_token" not in p.extra for p in peers):
-            models = self.replicas.values()
-            decode_here = sum(self._decode_s(m, output) for m in models) / max(1, len(models))
+        # A peer that reports no prices (an older balancer) is priced as this region:
+        # its mean rate and decoders for prefill, its mean decode terms.
+        decode_here = self._decode_here(request) / max(1, output)
 
         def cost(peer: TargetState) -> float:
             rtt_ms = peer.extra.get("rtt_ms", math.inf)
             rtt = rtt_ms / 1000.0 if math.isfinite(rtt_ms) else math.inf
             uncached = at_peers.get(peer.target_id, prompt)
             # Forwarding leaves locality behind only where home holds more of it.
-            lost = left_behind if home_uncached is not None and uncached > home_uncached else 0.0
-            # The peer's own price where it reports one (its decoders, not ours).
-            price = peer.extra.get("prefill_s_per_token")
-            here = uncached * (per_token if price is None else price) + cfg.step_s
-            decode = decode_here if price is None else 0.0
-            return rtt + peer.extra.get("estimate_s", 0.0) + here + lost + decode
+            lost = left_behind if home_uncached is not None and uncached >= home_uncached else 0.0
+            # The peer's own prices where it reports them (its decoders, not ours).
+            prefill = peer.extra.get("prefill_s_per_token", per_token)
+            decode = peer.extra.get("decode_s_per_token", decode_here)
+            here = uncached * prefill + output * decode + cfg.step_s
+            return rtt + peer.extra.get("estimate_s", 0.0) + here + lost
 
         best = min(peers, key=lambda p: (cost(p), p.target_id))
         return Choice(Option.PEER, best, cost(best))
@@ -702,7 +726,7 @@ class MeridianPolicy(PolicyBase):
         if model is None:
             cfg = self.config
             model = ReplicaModel(
-                cfg.prefill_s_per_token, cfg.itl_s, float(cfg.default_output_tokens), cfg.seq_s
+                cfg.prefill_s_per_token, cfg.itl_s, float(cfg.default_output_tokens)
             )
             self.replicas[target_id] = model
             self._least_rate = min(self._least_rate, model.prefill_s_per_token)

@@ -273,42 +273,29 @@ def test_a_peer_pays_harm_to_its_decoders_like_a_replica() -> None:
     assert harmed - idle == pytest.approx(policy.config.harm_weight * 500 * RATE)
 
 
-def test_decode_terms_price_the_batch_a_request_joins() -> None:
+def test_decode_terms_send_a_request_from_large_batches_to_a_region_with_small_ones() -> None:
     policy = MeridianPolicy()
-    a, b = target("a"), target("b")
-    for i in range(4):
-        running = sized(100, f"run{i}")
-        policy.select(running, [a])
-        policy.observe_first_token(running, "a", on_profile(100))
-    probe = sized(100, "probe", output=50)
-    # Four requests decode on a, none on b; the same prefill harm aside, a is dearer
-    # by the newcomer's own steps (four sequences fuller) and its slowdown of those four.
     config = policy.config
-    harm = config.harm_weight * 100 * RATE * 4
-    decode = 50 * config.harm_weight * 4 * config.seq_s
-    assert policy.replica_cost(probe, a, 100) - policy.replica_cost(probe, b, 100) == (
-        pytest.approx(harm + decode)
-    )
-    # With the decode terms off only the time to first token (and its harm) counts.
-    ttft_only = MeridianPolicy(NO_DECODE)
-    ttft_only.replicas = policy.replicas
-    assert ttft_only.replica_cost(probe, a, 100) - ttft_only.replica_cost(
-        probe, b, 100
-    ) == pytest.approx(harm)
-    assert policy.choose(probe, [a, b], [], []).target is b
-
-
-def test_the_step_growth_per_running_sequence_is_learned_from_inter_token_latency() -> None:
-    config = MeridianConfig(ewma_alpha=1.0)
-    policy = MeridianPolicy(config)
-    a = target("a")
+    local = target("local")
     for i in range(10):
         running = sized(100, f"run{i}")
-        policy.select(running, [a])
-        policy.observe_first_token(running, "a", on_profile(100))
-    # 101 tokens in 5 s: 50 ms per step with ten running, 20 ms past the fixed step.
-    policy.observe_finish(sized(100, "run0"), "a", decode_s=5.0, output_tokens=101)
-    assert policy.replicas["a"].seq_s == pytest.approx((0.05 - config.step_s) / 10)
+        policy.select(running, [local])
+        policy.observe_first_token(running, "local", on_profile(100))
+    # Without a peer the choice is priced by the time to first token alone.
+    alone = sized(100, "alone", output=100)
+    ttft_only = policy.replica_cost(alone, local, 100)
+    assert policy.choose(alone, [local], [], []).cost_s == pytest.approx(ttft_only)
+    policy.on_complete(alone, local, ok=True)
+    # An idle region 80 ms away: one sequence per step there, against eleven here.
+    idle = {"rtt_ms": 80.0, "estimate_s": 0.0, "prefill_s_per_token": RATE}
+    eu = target("eu", extra={**idle, "decode_s_per_token": config.step_s + config.seq_s})
+    probe = sized(100, "probe", output=100)
+    here = policy.replica_cost(probe, local, 100)
+    here += 100 * (config.step_s + (11 + 10 * config.harm_weight) * config.seq_s)
+    there = 0.08 + 100 * RATE + 100 * (config.step_s + config.seq_s) + config.step_s
+    assert there < here
+    choice = policy.choose(probe, [local], [], [eu])
+    assert choice.option is Option.PEER and choice.cost_s == pytest.approx(there)
 
 
 def test_a_prompt_forwarded_to_a_peer_is_priced_there_by_what_it_lacks() -> None:
@@ -332,33 +319,40 @@ def test_a_prompt_forwarded_to_a_peer_is_priced_there_by_what_it_lacks() -> None
 
 def test_a_peer_that_reports_its_prices_is_priced_by_them() -> None:
     policy = MeridianPolicy()
+    config = policy.config
     local = target("local")
     busy = sized(100, "busy")
     policy.select(busy, [local])
     policy.observe_first_token(busy, "local", on_profile(100))
     unpriced = peer("eu", rtt_ms=80.0, estimate_s=1.0)
-    priced = target("ap", extra={"rtt_ms": 80.0, "estimate_s": 1.0, "prefill_s_per_token": RATE})
+    prices = {"prefill_s_per_token": RATE, "decode_s_per_token": 0.04}
+    priced = target("ap", extra={"rtt_ms": 80.0, "estimate_s": 1.0, **prices})
     out = policy.predicted_output(sized(500, "x"))
-    # Unpriced: this region's decoders and its own decode cost stand in for the peer's.
-    expected = 0.08 + 1.0 + 500 * RATE * 2 + policy.config.step_s
-    expected += policy._decode_s(policy.replicas["local"], out)
+    # Unpriced: this region's rate, decoders and decode terms stand in for the peer's.
+    per_token = config.step_s + (2 + config.harm_weight) * config.seq_s
+    expected = 0.08 + 1.0 + 500 * RATE * 2 + out * per_token + config.step_s
     assert policy.choose(sized(500, "a"), [], [], [unpriced]).cost_s == pytest.approx(expected)
-    # Priced: its own per-token price, and its decode is in its estimate already.
-    expected = 0.08 + 1.0 + 500 * RATE + policy.config.step_s
+    # Priced: its own prices per prompt and per output token.
+    expected = 0.08 + 1.0 + 500 * RATE + out * 0.04 + config.step_s
     assert policy.choose(sized(500, "b"), [], [], [priced]).cost_s == pytest.approx(expected)
 
 
-def test_the_region_prefill_price_counts_the_harm_to_its_decoders() -> None:
+def test_region_prices_are_the_mean_over_its_replicas_harm_included() -> None:
     policy = MeridianPolicy()
+    config = policy.config
     a, b = target("a"), target("b")
     for i in range(3):
         running = sized(100, f"run{i}")
         policy.select(running, [a])
         policy.observe_first_token(running, "a", on_profile(100))
-    weight = policy.config.harm_weight
-    # a prices a token for itself and its three decoders, b for itself: the mean.
-    assert policy.region_prefill_price([a, b]) == pytest.approx(RATE * (1 + 3 * weight + 1) / 2)
-    assert math.isinf(policy.region_prefill_price([]))
+    w = config.harm_weight
+    prefill, decode = policy.region_prices([a, b])
+    # A prompt token on a delays its three decoders too; on b only itself.
+    assert prefill == pytest.approx(RATE * ((1 + 3 * w) + 1) / 2)
+    # An output token on a is a step four sequences full, three of them slowed.
+    step_a = config.step_s + (4 + 3 * w) * config.seq_s
+    assert decode == pytest.approx((step_a + config.step_s + config.seq_s) / 2)
+    assert all(math.isinf(x) for x in policy.region_prices([]))
 
 
 def test_no_option_at_all_is_an_infinite_wait() -> None:
@@ -394,12 +388,13 @@ def test_the_predicted_output_falls_back_to_what_was_seen_capped_by_max_tokens()
     assert policy.predicted_output(capped) == 20
 
 
-def test_region_estimate_is_the_least_queued_prefill_time() -> None:
+def test_region_estimate_is_the_mean_queued_prefill_time() -> None:
     policy = MeridianPolicy(NO_DECODE)
     a, b = target("a"), target("b")
     policy.select(sized(400, "x"), [a])
     policy.select(sized(2000, "y"), [b])
-    assert policy.region_estimate([a, b]) == pytest.approx(400 * RATE)
+    # The mean, not the least: a forward lands where the peer puts it on arrival.
+    assert policy.region_estimate([a, b]) == pytest.approx(1200 * RATE)
     a.healthy = False
     assert policy.region_estimate([a, b]) == pytest.approx(2000 * RATE)
     assert math.isinf(policy.region_estimate([]))
