@@ -354,9 +354,7 @@ class MeridianPolicy(PolicyBase):
         admitting = dict(zip(map(_TARGET_ID, available), available))
         waiting = dict(zip(map(_TARGET_ID, held_back), held_back))
         local = admitting.keys() | waiting.keys() if waiting else admitting.keys()
-        peer_ids = [p.target_id for p in peers]
-        uncached = self.uncached_by_target(request, local | set(peer_ids) if peers else local)
-        at_peers = {p: uncached.pop(p) for p in peer_ids if p in uncached}
+        uncached = self.uncached_by_target(request, local)
         if uncached and not waived:
             admitting, waiting = self._with_affinity(request, admitting, waiting, uncached)
         # Decode terms only where a peer is an option: see ``decode`` above.
@@ -372,6 +370,9 @@ class MeridianPolicy(PolicyBase):
             # What a forward leaves behind: the best local match it does not extend.
             # With no local replica at all there is no locality to lose (None).
             home_uncached = min(uncached.values(), default=request.prompt_tokens) if local else None
+            # A second walk over the few peers: a union with every local id would
+            # build a set of all of them per decision.
+            at_peers = self.uncached_by_target(request, [p.target_id for p in peers])
             peer = self._best_peer(request, peers, home_uncached, at_peers)
             if peer.cost_s < best.cost_s:
                 best = peer
@@ -555,10 +556,13 @@ class MeridianPolicy(PolicyBase):
 
     def _decode_here(self, request: RequestDescriptor) -> float:
         """The request's decode terms in this region, the mean over its replicas (as
-        a peer reports its own): what a local option is set against a peer with."""
-        models = self.replicas.values()
-        per_token = sum(self._decode_s(m, 1) for m in models) / max(1, len(models))
-        return self.predicted_output(request) * per_token
+        a peer reports its own): what a local option is set against a peer with.
+        ``decode`` is linear in ``D``, so its mean is its value at the mean ``D``,
+        kept as a running total (no walk over the replicas per decision)."""
+        cfg = self.config
+        running = self._mean_decoding()
+        step = cfg.step_s + (running + 1 + cfg.harm_weight * running) * cfg.seq_s
+        return cfg.decode_weight * self.predicted_output(request) * step
 
     def _best_wait(
         self,
