@@ -16,7 +16,11 @@ The JSON is the contract with peers, the control plane and the console, so
 its fields are listed once here (``Heartbeat``) and nowhere else.  ``queues``
 (per model) was added after ``queue`` (the total); a report without it is read
 with an empty map, and ``queue`` then stands for every model.  ``estimates``
-(per model, seconds) came later still and is likewise optional.
+(per model, seconds) came later still and is likewise optional, as are
+``prefill_prices`` (per model, seconds per uncached prompt token, the harm to
+the requests decoding there included) and ``decode_prices`` (per model, seconds
+per output token, its slowdown of the requests decoding there included), added
+after it.
 """
 
 from __future__ import annotations
@@ -49,6 +53,12 @@ class Heartbeat:
     # Seconds a new request would queue for prefill here, per model priced by a
     # cost model (the ``meridian`` policy); peers add it to the RTT.
     estimates: Mapping[str, float] = field(default_factory=dict)
+    # Seconds one uncached prompt token costs here, per model priced by a cost
+    # model: its prefill plus the delay it adds to the requests decoding here.
+    prefill_prices: Mapping[str, float] = field(default_factory=dict)
+    # Seconds one output token costs here (a decode step one sequence fuller, and
+    # that growth of every running request's steps), per model priced likewise.
+    decode_prices: Mapping[str, float] = field(default_factory=dict)
 
     def to_json(self) -> str:
         data = {
@@ -56,6 +66,8 @@ class Heartbeat:
             "models": dict(self.models),
             "queues": dict(self.queues),
             "estimates": dict(self.estimates),
+            "prefill_prices": dict(self.prefill_prices),
+            "decode_prices": dict(self.decode_prices),
         }
         return json.dumps(data, sort_keys=True)
 
@@ -78,6 +90,8 @@ class Heartbeat:
                 models=_counts(data.get("models")),
                 queues=_counts(data.get("queues")),
                 estimates=_seconds(data.get("estimates")),
+                prefill_prices=_seconds(data.get("prefill_prices")),
+                decode_prices=_seconds(data.get("decode_prices")),
             )
         except (KeyError, TypeError, AttributeError) as exc:
             raise ValueError(f"heartbeat is missing or mistypes a field: {exc}") from None

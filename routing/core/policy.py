@@ -101,6 +101,11 @@ class CostModel(Protocol):
         (queued prefill or KV room, for peers' reports)."""
         ...
 
+    def region_prices(self, targets: Sequence[TargetState]) -> tuple[float, float]:
+        """Seconds one uncached prompt token and one output token cost here, the
+        delay each adds to the requests decoding here included (for peers' reports)."""
+        ...
+
     def observe_first_token(
         self, request: RequestDescriptor, target_id: str, ttft_s: float
     ) -> None:

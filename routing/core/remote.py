@@ -60,6 +60,15 @@ class PeerLink:
         nothing: a peer without a cost model looks as good as its availability)."""
         return 0.0 if self.report is None else self.report.estimates.get(model, 0.0)
 
+    def prices_for(self, model: str) -> tuple[float, float] | None:
+        """Seconds per uncached prompt token and per output token the peer reported
+        (None: it prices neither)."""
+        if self.report is None:
+            return None
+        prefill = self.report.prefill_prices.get(model)
+        decode = self.report.decode_prices.get(model)
+        return None if prefill is None or decode is None else (prefill, decode)
+
     def room_for(self, model: str) -> int:
         """Available replicas the report showed, less the forwards sent since."""
         if self.report is None:
@@ -173,6 +182,13 @@ class RemoteRouter:
                 continue
             link.state.waiting = link.queue_for(model)
             link.state.extra["estimate_s"] = link.estimate_for(model)
+            prices = link.prices_for(model)
+            if prices is None:
+                link.state.extra.pop("prefill_s_per_token", None)
+                link.state.extra.pop("decode_s_per_token", None)
+            else:
+                link.state.extra["prefill_s_per_token"] = prices[0]
+                link.state.extra["decode_s_per_token"] = prices[1]
             out.append(link.state)
         return out
 
@@ -344,6 +360,7 @@ def availability_report(
     replicas and queue length per model, with totals, and for models priced by a
     cost model the seconds a request would queue here (``estimates``)."""
     healthy, available = local.counts()
+    prices = local.prices()
     return Heartbeat(
         balancer=balancer,
         region=region,
@@ -356,4 +373,6 @@ def availability_report(
         models=local.available_by_model(),
         queues=dict(queue_lengths),
         estimates={m: s for m, s in local.estimates().items() if math.isfinite(s)},
+        prefill_prices={m: p[0] for m, p in prices.items() if math.isfinite(p[0])},
+        decode_prices={m: p[1] for m, p in prices.items() if math.isfinite(p[1])},
     )

@@ -264,6 +264,15 @@ class LocalRouter:
             out[model] = cost_model.region_estimate(mine)
         return out
 
+    def prices(self) -> dict[str, tuple[float, float]]:
+        """Per model priced by a cost model: seconds per uncached prompt token and
+        per output token here."""
+        out: dict[str, tuple[float, float]] = {}
+        for model, cost_model in self._cost_models.items():
+            mine = [t for t in self._targets.values() if t.model == model]
+            out[model] = cost_model.region_prices(mine)
+        return out
+
     def cost_model(self, model: str) -> CostModel | None:
         """The model's policy when it prices options itself (``place`` asks it)."""
         return self._cost_models.get(model)

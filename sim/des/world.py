@@ -253,6 +253,8 @@ def true_output(engine: EngineConfig) -> Callable[[list[int], int, bool], int]:
 
 # A decode step's batch when pricing inter-token latency before any is measured.
 TYPICAL_DECODE_BATCH = 16
+# Context one running sequence attends to, for the marginal step time of one more.
+TYPICAL_CONTEXT_TOKENS = 1024
 
 
 def engine_defaults(policy: str, engine: EngineConfig) -> dict[str, Any]:
@@ -275,6 +277,7 @@ def engine_defaults(policy: str, engine: EngineConfig) -> dict[str, Any]:
         "prefill_s_per_token": shape.prefill_s_per_token,
         "step_s": shape.fixed_s,
         "itl_s": shape.fixed_s + shape.decode_s_per_seq * TYPICAL_DECODE_BATCH,
+        "seq_s": shape.decode_s_per_seq + shape.kv_read_s_per_token * TYPICAL_CONTEXT_TOKENS,
         "kv_capacity_tokens": engine.num_blocks * engine.block_size,
         "max_blocks_per_target": engine.num_blocks,
         "admission_tokens": 2 * engine.max_num_batched_tokens,

@@ -33,6 +33,12 @@ Terms (seconds unless said), and where each number comes from:
   decode step of the profile), learned from ``(finish - first token) /
   (output tokens - 1)`` by the same EWMA.  It prices how soon a replica whose
   KV look-ahead is full frees room (``pressure`` below).
+* ``s``: what one more running sequence adds to a decode step, ``seq_s`` (the
+  profile's per-sequence GEMM share plus attention reads of ~1k tokens of
+  context: 0.75 ms on an L4).  Not learned: a sample ``(itl - step_s) / D``
+  also carries the prefill chunks that shared those steps, and regions whose
+  learned ``s`` drifted apart forwarded to each other under equal load
+  (symmetric conversations, 120 s: 17.4 % forwarded, TTFT p90 0.44 s).
 * ``Q(r)``: queued prefill work: the uncached prompt tokens of requests this
   balancer sent to ``r`` whose first token has not come back yet.  The
   balancer owns its replicas, so its ledger is the whole queue.
@@ -75,6 +81,24 @@ Terms (seconds unless said), and where each number comes from:
   predictor filled it in, else the mean output length this balancer has seen
   (EWMA, starting at ``default_output_tokens``), capped by ``max_tokens``.
 * ``cost(r) = ttft(r) + harm(r) + pressure(r)`` for a replica that admits.
+* ``decode(r) = decode_weight * (step_s + (D(r) + 1 + harm_weight * D(r)) *
+  s)`` per output token: a decode step one sequence fuller than now, plus the
+  same slowdown of each of the ``D(r)`` requests decoding there.  In a closed
+  loop a client's next request waits for this one's last token, so decode
+  time, not TTFT, sets throughput; where clients are skewed between regions,
+  batches are too (Figure 10's setting, 120/40/40 clients on 3/3/3 replicas:
+  ~40 running per US replica, ~13 abroad, TTFT still short), and without this
+  term the policy forwarded 0.6 % of requests.  It enters only where a peer is
+  an option, as the region's mean over its replicas times the predicted
+  output, added to every local option and set against the peer's own mean
+  (``decode_prices``): within a region harm and admission already spread the
+  decoders, and pricing each replica's own batch there moved TTFT for little
+  (Azure conversations, 300 s: TTFT p90 1.17 to 1.98 s).  Weighted by
+  ``reuse`` (below): decode time delays the requests that wait on this one's
+  reply, which is what a later request extending it means; where prompts are
+  unique (an open-loop trace) it only traded TTFT for end-to-end time (Azure,
+  300 s: 15.6 % forwarded against 7.8 %, TTFT p90 1.30 s against 1.17 s,
+  goodput 4.20 against 4.21).  ``decode_weight`` 0 prices TTFT alone.
 
 Admission (SP-P's rule, "do not pile onto an engine with a waiting queue", in
 tokens): ``r`` admits while ``Q(r) < admission_tokens`` (default two chunked
@@ -131,31 +155,62 @@ look-ahead has room for it.  At the cold start every region opens its
 conversations at once, the peers' heartbeats say 0 s, and 1 % of the turns
 went abroad, each pinning a foreign 2k-token system prompt in a peer's 8k
 cache (goodput 2.43 to 3.33).  A prompt nothing here caches is forwarded on
-price alone, as before.  So the balancer never holds a request past the wait
-limit for affinity: a holder is always an option.
+price alone, as before, and so is one to a peer holding at least as much of it
+as the best local holder (a program that went there earlier: no cold copy).
+So the balancer never holds a request past the wait limit for affinity: a
+holder is always an option.
 
 Peer ``g``: priced with the same terms as a replica, seen from here:
 
-* its time to first token, ``rtt(g) + estimate(g) + step_s + prompt * p``:
+* ``rtt(g) + estimate(g) + step_s + U(g) * price(g) + out * decode(g)``:
   ``rtt(g)`` is the configured round trip, ``estimate(g)`` the seconds that
-  region reports for itself in its availability heartbeat, and every prompt
-  token counts as uncached (this region cannot see the peer's caches);
-* its harm, ``harm_weight * prompt * p * D``: the peer's decoding requests are
-  not reported, so ``D`` is the mean over this region's replicas (regions
-  serve one model on one fleet shape);
-* the locality it loses here: the later turns or branches of this request's
-  program still arrive here, where the replica that would have served it now
-  lacks its new tokens and its reply.  Each of them recomputes ``U_home +
-  predicted output`` tokens (``U_home``: this prompt's uncached tokens at the
-  local replica holding its longest prefix), priced like any prefill, ``(1 + harm_weight * D) *
-  p`` per token, times ``reuse``: how likely a later request is to extend this
-  one, learned as the share of each routed prompt that was already cached
-  (EWMA), so a workload of unique prompts pays nothing for forwarding.
+  region reports for itself in its availability heartbeat
+  (``region_estimate``: its queue and KV pressure);
+* ``U(g)``: this prompt's tokens that region lacks.  The radix tree has each
+  peer as a tenant too, holding what this balancer forwarded there (the
+  peer's balancer sends it to a replica, which keeps it), so the next turn of
+  a conversation that went abroad is priced there by its new tokens only, as
+  SkyLB's snapshot trie does, rather than as a cold prompt; a prompt never
+  sent there counts whole;
+* ``price(g)`` and ``decode(g)``: seconds per uncached prompt token there
+  (prefill plus harm to the requests decoding there) and per output token, as
+  the peer reports them (``region_prices``, the heartbeat's ``prefill_prices``
+  and ``decode_prices``), weighted by ``reuse``: ``price(g) = P_here + reuse *
+  (P_g - P_here)`` with ``P_here = (1 + harm_weight * D) * p`` at this
+  region's mean rate and decoders, and ``reuse * decode_g``.  What the peer's
+  own decoders change delays the requests waiting on this reply; for unique
+  prompts it only moved TTFT (Azure, 300 s, the peer's prices unweighted:
+  9.3 % forwarded, TTFT p90 1.25 s, against 7.8 % and 1.17 s), and there the
+  peer is priced as before.  A peer that reports none (an older balancer) is
+  priced with ``P_here`` and this region's mean ``decode``.  Pricing the
+  peer's prefill with this region's decoders made a busy region's forward look
+  as harmful as a local one (Figure 10 at 6 replicas: 19.22 against 20.84
+  req/s);
+* the locality it loses here, unless the peer holds more of the prompt than
+  home (``U(g) < U_home``, a program already living there): the later turns
+  or branches of this request's program still arrive here, where the replica
+  that would have served it now lacks its new tokens and its reply.  Each of
+  them recomputes ``U_home + predicted output`` tokens (``U_home``: this
+  prompt's uncached tokens at the local replica holding its longest prefix),
+  priced like any prefill, ``(1 + harm_weight * D) * p`` per token, times
+  ``reuse``: how likely a later
+  request is to extend this one, learned as the share of each routed prompt
+  that was already cached (EWMA), so a workload of unique prompts pays nothing
+  for forwarding.  Where the peer holds more, forwarding leaves nothing behind.
+  Charged at equal holdings too: without it a new conversation's first turn,
+  whose system prompt both hold, moved on noise, and the rest of the
+  conversation followed it (symmetric conversations, 120 s: 13.7 % forwarded,
+  TTFT p90 0.41 s against 0.32 s; 1.9 % and 0.32 s with it).
 
 A region's ``region_estimate`` is what a typical request (mean prompt, mean
 output) would wait at its best healthy replica before its own prefill:
 ``Q(r) * p(r) + pressure(r)``, the least over them, so a peer whose KV
-look-ahead is full does not look idle.
+look-ahead is full does not look idle.  (The mean over them forwarded less
+where forwarding relieved bursts: Azure, 300 s, 2.0 % forwarded, TTFT p90
+1.24 s against 1.17 s.)  Its ``region_prices`` are ``p(r) * (1 + harm_weight
+* D(r))`` and ``decode(r)``, each the mean over its healthy replicas
+(``_mean_prices``), so a peer whose replicas run large batches does not look
+idle.
 
 Decision cost: a decision prices the replicas holding part of the prompt,
 then walks the cold ones from ``routing.core.cost_floors``: orders of the
@@ -195,6 +250,12 @@ class MeridianConfig:
     prefill_s_per_token: float = 0.53e-3
     itl_s: float = 0.035
     step_s: float = 0.030
+    # What one more running sequence adds to a decode step (its GEMM share and
+    # the attention reads of ~1k tokens of context).
+    seq_s: float = 0.75e-3
+    # Weight of the decode terms (a request's own decode steps and their slowdown
+    # of the running ones) against the time to first token; 0 prices TTFT only.
+    decode_weight: float = 1.0
     local_rtt_s: float = 0.001
     # SP-P's rule in tokens: queued prefill a replica may hold and still admit.
     admission_tokens: int = 4096
@@ -217,6 +278,7 @@ class MeridianConfig:
         positive = {
             "prefill_s_per_token": self.prefill_s_per_token,
             "itl_s": self.itl_s,
+            "seq_s": self.seq_s,
             "admission_tokens": self.admission_tokens,
             "kv_capacity_tokens": self.kv_capacity_tokens,
             "block_tokens": self.block_tokens,
@@ -228,6 +290,8 @@ class MeridianConfig:
                 raise ValueError(f"{key} must be positive")
         if min(self.step_s, self.local_rtt_s, self.harm_weight, self.wait_limit_s) < 0:
             raise ValueError("step_s, local_rtt_s, harm_weight and wait_limit_s must be >= 0")
+        if self.decode_weight < 0:
+            raise ValueError("decode_weight must be >= 0")
         if min(self.lookahead_tokens, self.min_sample_tokens, self.affinity_tokens) < 0:
             raise ValueError("lookahead_tokens, min_sample_tokens and affinity_tokens must be >= 0")
         if not 0.0 < self.ewma_alpha <= 1.0:
@@ -275,6 +339,9 @@ class MeridianPolicy(PolicyBase):
         # Share of a routed prompt already cached: how likely a request extends an earlier one.
         self.reuse = 0.0
         self.decoding_total = 0
+        # Peer regions this balancer has forwarded to: tenants of the radix tree too
+        # (what was sent there), kept when the local targets change.
+        self._peer_ids: set[str] = set()
         # Replicas by the floors of their cost (routing.core.cost_floors), kept sorted
         # as ledgers and probes change, and the least prefill rate: together a lower
         # bound on any cold replica's cost.
@@ -305,7 +372,7 @@ class MeridianPolicy(PolicyBase):
 
     def on_targets_changed(self, target_ids: Sequence[str]) -> None:
         keep = set(target_ids)
-        self.tree.retain_tenants(keep)
+        self.tree.retain_tenants(keep | self._peer_ids)
         self.replicas = {k: v for k, v in self.replicas.items() if k in keep}
         self.decoding_total = sum(m.decoding for m in self.replicas.values())
         self.floors.retain(keep)
@@ -342,23 +409,40 @@ class MeridianPolicy(PolicyBase):
         everywhere = admitting
         if uncached:
             admitting, waiting = self._with_affinity(request, admitting, waiting, uncached, waived)
-        best = self._best_replica(request, admitting, uncached)
+        at_peers: Mapping[str, int] = {}
+        if peers:
+            # A second walk over the few peers: a union with every local id would
+            # build a set of all of them per decision.
+            at_peers = self.uncached_by_target(request, [p.target_id for p in peers])
+            if not self._may_forward(request, uncached, everywhere, waived):
+                # A forward there is no cold copy where the program already lives.
+                home = min(uncached.values())
+                prompt = request.prompt_tokens
+                peers = [p for p in peers if at_peers.get(p.target_id, prompt) <= home]
+        # Decode terms only where a peer is an option: see ``decode`` above.
+        decode_here = self._decode_here(request) if peers else 0.0
+        best = self._best_replica(request, admitting, uncached, decode_here)
         if waiting:
-            wait = self._best_wait(request, waiting, uncached, queued_ahead, len(local))
+            wait = self._best_wait(
+                request, waiting, uncached, queued_ahead, len(local), decode_here
+            )
             if wait.cost_s < best.cost_s:
                 best = wait
-        if peers and not self._may_forward(request, uncached, everywhere, waived):
-            peers = ()
         if peers:
             # What a forward leaves behind: the best local match it does not extend.
             # With no local replica at all there is no locality to lose (None).
             home_uncached = min(uncached.values(), default=request.prompt_tokens) if local else None
-            peer = self._best_peer(request, peers, home_uncached)
+            peer = self._best_peer(request, peers, home_uncached, at_peers)
             if peer.cost_s < best.cost_s:
                 best = peer
         if best.option is Option.REPLICA and best.target is not None:
             tokens = uncached.get(best.target.target_id, request.prompt_tokens)
             self._record(request, best.target, tokens)
+        elif best.option is Option.PEER and best.target is not None:
+            # The peer's balancer routes it to a replica there; later turns of the
+            # same program find its prefix under the peer's name.
+            self._peer_ids.add(best.target.target_id)
+            self.tree.insert(request.block_hashes, best.target.target_id)
         return best
 
     def _with_affinity(
@@ -440,6 +524,32 @@ class MeridianPolicy(PolicyBase):
             ),
             default=math.inf,
         )
+
+    def region_prices(self, targets: Sequence[TargetState]) -> tuple[float, float]:
+        return self._mean_prices(targets)
+
+    def _mean_prices(self, targets: Sequence[TargetState]) -> tuple[float, float]:
+        """The prices of one prompt token (prefill plus harm to the decoders) and one
+        output token (the decode terms) here, averaged over the healthy replicas: a
+        forward lands wherever the peer's balancer puts it on arrival, a poll interval
+        and a round trip after the report, and every region reads the same report.
+        Reporting the least-loaded replica's made regions under the same load forward
+        to each other (Azure conversations, 300 s, with decode terms on every option:
+        56 % of requests forwarded reporting the replica least for the sum, 13.6 %
+        reporting the mean)."""
+        cfg = self.config
+        prefill = decode = 0.0
+        healthy = 0
+        for t in targets:
+            if not t.healthy:
+                continue
+            model = self._model(t.target_id)
+            healthy += 1
+            prefill += model.prefill_s_per_token * (1.0 + cfg.harm_weight * model.decoding)
+            decode += self._decode_s(model, 1)
+        if not healthy:
+            return math.inf, math.inf
+        return prefill / healthy, decode / healthy
 
     def observe_first_token(
         self, request: RequestDescriptor, target_id: str, ttft_s: float
@@ -523,6 +633,14 @@ class MeridianPolicy(PolicyBase):
         # cached prefix is held already, once for every request sharing it).
         return ttft + harm + self._pressure_s(model, uncached + decode)
 
+    def _decode_s(self, model: ReplicaModel, output: int) -> float:
+        """Decode seconds ``output`` tokens cost on a replica: its own steps, each
+        one sequence fuller than now, and the same slowdown of the ``D`` running."""
+        cfg = self.config
+        running = model.decoding
+        step = cfg.step_s + (running + 1 + cfg.harm_weight * running) * cfg.seq_s
+        return cfg.decode_weight * output * step
+
     def _pressure_s(self, model: ReplicaModel, kv_tokens: int) -> float:
         """Seconds until the replica frees room for ``kv_tokens`` more KV tokens."""
         cfg = self.config
@@ -547,12 +665,27 @@ class MeridianPolicy(PolicyBase):
         return min(self.predicted_output(request), self.config.lookahead_tokens)
 
     def _best_replica(
-        self, request: RequestDescriptor, targets: dict[str, TargetState], uncached: dict[str, int]
+        self,
+        request: RequestDescriptor,
+        targets: dict[str, TargetState],
+        uncached: dict[str, int],
+        decode_here: float,
     ) -> Choice:
         best, cost = self._cheapest(request, targets, uncached, 0.0)
         if best is None:
             return Choice(Option.WAIT, None, math.inf)
-        return Choice(Option.REPLICA, best, cost)
+        return Choice(Option.REPLICA, best, cost + decode_here)
+
+    def _decode_here(self, request: RequestDescriptor) -> float:
+        """The request's decode terms in this region, the mean over its replicas (as
+        a peer reports its own): what a local option is set against a peer with.
+        ``decode`` is linear in ``D``, so its mean is its value at the mean ``D``,
+        kept as a running total (no walk over the replicas per decision).  Weighted
+        by ``reuse``, as a peer's reported prices are (``_best_peer``)."""
+        cfg = self.config
+        running = self._mean_decoding()
+        step = cfg.step_s + (running + 1 + cfg.harm_weight * running) * cfg.seq_s
+        return self.reuse * cfg.decode_weight * self.predicted_output(request) * step
 
     def _best_wait(
         self,
@@ -561,13 +694,14 @@ class MeridianPolicy(PolicyBase):
         uncached: dict[str, int],
         queued_ahead: int,
         replicas: int,
+        decode_here: float,
     ) -> Choice:
         # replica_cost already counts all of Q(h): what waits here for h to admit is
         # prefilled that much later at the engine, not twice.  What waiting adds is
         # the requests queued ahead here, spread over the region's replicas.
         ahead_tokens = queued_ahead * self.mean_uncached / max(1, replicas)
         _, cost = self._cheapest(request, held_back, uncached, ahead_tokens)
-        return Choice(Option.WAIT, None, cost)
+        return Choice(Option.WAIT, None, cost + decode_here)
 
     def _cheapest(
         self,
@@ -667,20 +801,43 @@ class MeridianPolicy(PolicyBase):
         return best, best_cost
 
     def _best_peer(
-        self, request: RequestDescriptor, peers: Sequence[TargetState], home_uncached: int | None
+        self,
+        request: RequestDescriptor,
+        peers: Sequence[TargetState],
+        home_uncached: int | None,
+        at_peers: Mapping[str, int],
     ) -> Choice:
         cfg = self.config
         rate = self._mean_rate()
         # Per-token price of prefill anywhere: its own wait plus its harm to decoders.
         per_token = rate * (1.0 + cfg.harm_weight * self._mean_decoding())
-        here = request.prompt_tokens * per_token + cfg.step_s
-        lost = 0.0
+        prompt = request.prompt_tokens
+        output = self.predicted_output(request)
+        left_behind = 0.0
         if home_uncached is not None:
-            lost = self.reuse * (home_uncached + self.predicted_output(request)) * per_token
+            left_behind = self.reuse * (home_uncached + output) * per_token
+        # A peer that reports no prices (an older balancer) is priced as this region:
+        # its mean rate and decoders for prefill, its mean decode terms.
+        decode_here = self._decode_here(request) / max(1, output)
+        # What the peer's own decoders change (its prefill's harm, its decode steps)
+        # delays the requests that wait on this one: weighted by ``reuse`` (see
+        # ``price(g)`` above); the rest of its price is this region's.
+        chained = self.reuse
 
         def cost(peer: TargetState) -> float:
             rtt_ms = peer.extra.get("rtt_ms", math.inf)
             rtt = rtt_ms / 1000.0 if math.isfinite(rtt_ms) else math.inf
+            uncached = at_peers.get(peer.target_id, prompt)
+            # Forwarding leaves locality behind only where home holds more of it.
+            lost = left_behind if home_uncached is not None and uncached >= home_uncached else 0.0
+            # The peer's own prices where it reports them (its decoders, not ours).
+            prefill = per_token
+            decode = decode_here
+            if "prefill_s_per_token" in peer.extra:
+                prefill += chained * (peer.extra["prefill_s_per_token"] - per_token)
+            if "decode_s_per_token" in peer.extra:
+                decode = chained * peer.extra["decode_s_per_token"]
+            here = uncached * prefill + output * decode + cfg.step_s
             return rtt + peer.extra.get("estimate_s", 0.0) + here + lost
 
         best = min(peers, key=lambda p: (cost(p), p.target_id))

@@ -7,6 +7,8 @@ of 1,000 queued prefill tokens, a clock the test moves.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from routing.core.availability import PushingConfig, PushingMode
@@ -42,7 +44,7 @@ def build(replicas: tuple[str, ...], peers: tuple[PeerSpec, ...] = ()) -> tuple[
     spec = ModelSpec(
         MODEL,
         policy="meridian",
-        policy_params={"admission_tokens": 1000},
+        policy_params={"admission_tokens": 1000, "decode_weight": 0.0},
         pushing=PushingConfig(PushingMode.TOKENS),
     )
     names = [ReplicaSpec(n, f"http://{n}", MODEL, "us", "us-1", "reserved") for n in replicas]
@@ -114,3 +116,28 @@ def test_forwarding_happens_when_the_peer_beats_waiting_and_never_twice() -> Non
     # The region tells its peers how long a new request would queue for prefill.
     assert report.estimates[MODEL] == pytest.approx(8000 * 0.53e-3)
     assert Heartbeat.from_json(report.to_json()).estimates == report.estimates
+    # And what one uncached prompt token costs here (nothing decodes yet: the rate alone),
+    # and one output token (decode terms are off in this service: nothing).
+    assert report.prefill_prices[MODEL] == pytest.approx(0.53e-3)
+    assert report.decode_prices[MODEL] == 0.0
+    beat = Heartbeat.from_json(report.to_json())
+    assert (beat.prefill_prices, beat.decode_prices) == (
+        report.prefill_prices,
+        report.decode_prices,
+    )
+
+
+def test_a_peers_reported_prices_reach_the_cost_model_and_go_with_them() -> None:
+    _, _, remote, _ = build(("a",), (NEAR,))
+    priced = Heartbeat(
+        "near", "eu", "http://near", 0.0, 1, 1, 0, 0, {MODEL: 1},
+        estimates={MODEL: 0.5}, prefill_prices={MODEL: 2e-3}, decode_prices={MODEL: 0.04},
+    )  # fmt: skip
+    remote.record_report("near", priced)
+    (peer,) = remote.candidates(MODEL)
+    assert (peer.extra["prefill_s_per_token"], peer.extra["decode_s_per_token"]) == (2e-3, 0.04)
+    # A later report without prices (an older peer) leaves none behind.
+    remote.record_report("near", replace(priced, prefill_prices={}, decode_prices={}))
+    (peer,) = remote.candidates(MODEL)
+    assert "prefill_s_per_token" not in peer.extra
+    assert "decode_s_per_token" not in peer.extra

@@ -130,6 +130,9 @@ def test_the_cost_model_starts_from_the_simulated_engines_profile() -> None:
     assert params["admission_tokens"] == 2 * 2048
     h100 = engine_defaults("meridian", EngineConfig.for_profile("h100-llama3.1-8b"))
     assert h100["prefill_s_per_token"] == pytest.approx(0.04e-3)
+    # One more running sequence: its GEMM share plus attention reads of 1,024 tokens.
+    assert params["seq_s"] == pytest.approx(0.3e-3 + 1024 * 0.44e-6)
+    assert h100["seq_s"] == pytest.approx(0.05e-3 + 1024 * 0.04e-6)
     # A policy without these knobs gets none; a profile with no GPU time says nothing.
     assert engine_defaults("sglang", small_kv) == {}
     assert engine_defaults("meridian", EngineConfig.for_profile("zero")) == {}

@@ -20,6 +20,8 @@ from routing.core.types import RequestDescriptor, TargetState
 from tests.support.descriptors import prefix, request, target
 
 RATE = MeridianConfig().prefill_s_per_token
+# The terms of the time to first token on their own, without the decode terms.
+NO_DECODE = MeridianConfig(decode_weight=0.0)
 
 
 def peer(name: str, rtt_ms: float, estimate_s: float = 0.0) -> TargetState:
@@ -44,7 +46,7 @@ def test_it_is_the_registry_default_and_admits_by_tokens() -> None:
 
 
 def test_the_replica_holding_the_prefix_is_cheaper_by_the_tokens_it_saves() -> None:
-    policy = MeridianPolicy()
+    policy = MeridianPolicy(NO_DECODE)
     a, b = target("a"), target("b")
     doc = prefix(1, 40)
     first = request(doc)
@@ -74,7 +76,7 @@ def test_queued_prefill_outweighs_a_small_saving() -> None:
 
 
 def test_harm_sends_a_cold_prompt_where_fewer_requests_decode() -> None:
-    policy = MeridianPolicy(MeridianConfig(harm_weight=1.0))
+    policy = MeridianPolicy(MeridianConfig(harm_weight=1.0, decode_weight=0.0))
     busy, quiet = target("busy"), target("quiet")
     for i in range(3):
         policy.select(sized(16, f"d{i}"), [busy])
@@ -109,7 +111,9 @@ def test_kv_look_ahead_prices_a_replica_that_would_overflow() -> None:
 def test_a_cached_prefix_adds_no_kv_where_it_is_held() -> None:
     # Requests sharing a system prompt hold its KV once: a holder's look-ahead grows
     # by a newcomer's uncached tokens and decode only, a cold replica's by all of it.
-    config = MeridianConfig(kv_capacity_tokens=4096, lookahead_tokens=100, harm_weight=0.0)
+    config = MeridianConfig(
+        kv_capacity_tokens=4096, lookahead_tokens=100, harm_weight=0.0, decode_weight=0.0
+    )
     policy = MeridianPolicy(config)
     holder, cold = target("holder"), target("cold")
     system = prefix(1, 150)  # 2,400 tokens
@@ -175,7 +179,9 @@ def test_prefix_affinity_waits_for_the_holder_until_the_wait_limit() -> None:
     # A cold copy of a shared prefix pins KV for as long as the prefix is in use,
     # which no price of the present sees: within wait_limit_s a replica lacking more
     # than affinity_tokens of what the holder caches is reached only by waiting.
-    policy = MeridianPolicy(MeridianConfig(admission_tokens=1000, affinity_tokens=256))
+    policy = MeridianPolicy(
+        MeridianConfig(admission_tokens=1000, affinity_tokens=256, decode_weight=0.0)
+    )
     holder, near, cold = target("holder"), target("near"), target("cold")
     system = prefix(1, 150)  # 2,400 tokens
     policy.select(request(system), [holder])
@@ -241,8 +247,27 @@ def test_a_request_whose_prefix_is_held_here_is_forwarded_only_when_no_kv_room_i
     assert policy.choose(sized(500, "new"), [], [home], [eu]).option is Option.PEER
 
 
+def test_a_program_living_at_a_peer_follows_it_there_before_the_wait_limit() -> None:
+    config = MeridianConfig(admission_tokens=1000, kv_capacity_tokens=4096)
+    policy = MeridianPolicy(config)
+    home, eu, ap = target("home"), peer("eu", rtt_ms=80.0), peer("ap", rtt_ms=80.0)
+    system = prefix(1, 150)  # 2,400 tokens
+    policy.select(request(system), [home])
+    policy.select(sized(3000, "burst"), [home])  # home's look-ahead full
+    turn = request(prefix(2, 2, system))
+    waited = config.wait_limit_s
+    assert policy.choose(turn, [], [home], [eu], waited_s=waited).target is eu
+    # The next turn extends what went to eu: no cold copy there, so no wait limit;
+    # a peer holding less of it than home still waits for it.
+    follow_up = request(prefix(3, 2, prefix(2, 2, system)))
+    assert policy.choose(follow_up, [], [home], [ap, eu]).target is eu
+    assert policy.choose(follow_up, [], [home], [ap]).option is Option.WAIT
+
+
 def test_queued_requests_ahead_make_waiting_dearer() -> None:
-    policy = MeridianPolicy(MeridianConfig(admission_tokens=100, affinity_tokens=1 << 20))
+    policy = MeridianPolicy(
+        MeridianConfig(admission_tokens=100, affinity_tokens=1 << 20, decode_weight=0.0)
+    )
     holder, cold = target("holder"), target("cold")
     first = request(prefix(1, 20))
     policy.select(first, [holder])
@@ -273,7 +298,7 @@ def test_forward_only_when_the_peer_is_genuinely_cheaper() -> None:
 
 
 def test_a_forward_pays_for_the_locality_it_leaves_behind() -> None:
-    config = MeridianConfig(ewma_alpha=1.0, kv_capacity_tokens=4096)
+    config = MeridianConfig(ewma_alpha=1.0, kv_capacity_tokens=4096, decode_weight=0.0)
     policy = MeridianPolicy(config)
     home, near = target("home"), peer("eu", rtt_ms=80.0)
     doc = prefix(1, 40)
@@ -289,7 +314,8 @@ def test_a_forward_pays_for_the_locality_it_leaves_behind() -> None:
     # A routed prompt that was 90 % cached teaches that most requests extend an earlier one.
     policy.select(request(prefix(3, 4, doc)), [home])
     assert policy.reuse == pytest.approx(1 - 64 / 704)
-    learned = policy.choose(follow_up, [], [home], [near], waited_s=waited)
+    # Another peer: ``near`` now holds the follow-up (it was just forwarded there).
+    learned = policy.choose(follow_up, [], [home], [peer("ap", rtt_ms=80.0)], waited_s=waited)
     # The follow-up would leave 64 new tokens and its reply missing at home.
     lost = policy.reuse * (64 + policy.predicted_output(follow_up)) * RATE
     assert learned.option is Option.PEER
@@ -297,7 +323,7 @@ def test_a_forward_pays_for_the_locality_it_leaves_behind() -> None:
 
 
 def test_a_peer_pays_harm_to_its_decoders_like_a_replica() -> None:
-    policy = MeridianPolicy()
+    policy = MeridianPolicy(NO_DECODE)
     local, near = target("local"), peer("eu", rtt_ms=80.0)
     idle = policy.choose(sized(500, "a"), [], [], [near]).cost_s
     busy = sized(100, "busy")
@@ -306,6 +332,115 @@ def test_a_peer_pays_harm_to_its_decoders_like_a_replica() -> None:
     # One request decoding on the one local replica: the fleet's mean is one decoder.
     harmed = policy.choose(sized(500, "b"), [], [], [near]).cost_s
     assert harmed - idle == pytest.approx(policy.config.harm_weight * 500 * RATE)
+
+
+def test_decode_terms_send_a_request_from_large_batches_to_a_region_with_small_ones() -> None:
+    policy = MeridianPolicy()
+    config = policy.config
+    local = target("local")
+    for i in range(10):
+        running = sized(100, f"run{i}")
+        policy.select(running, [local])
+        policy.observe_first_token(running, "local", on_profile(100))
+    # Without a peer the choice is priced by the time to first token alone.
+    alone = sized(100, "alone", output=100)
+    ttft_only = policy.replica_cost(alone, local, 100)
+    assert policy.choose(alone, [local], [], []).cost_s == pytest.approx(ttft_only)
+    policy.on_complete(alone, local, ok=True)
+    policy.reuse = 1.0  # every request extends an earlier one: programs in a closed loop
+    # An idle region 80 ms away: one sequence per step there, against eleven here.
+    idle = {"rtt_ms": 80.0, "estimate_s": 0.0, "prefill_s_per_token": RATE}
+    eu = target("eu", extra={**idle, "decode_s_per_token": config.step_s + config.seq_s})
+    probe = sized(100, "probe", output=100)
+    here = policy.replica_cost(probe, local, 100)
+    here += 100 * (config.step_s + (11 + 10 * config.harm_weight) * config.seq_s)
+    there = 0.08 + 100 * RATE + 100 * (config.step_s + config.seq_s) + config.step_s
+    # The locality it leaves: the next turn's 100 tokens and this reply, harming ten here.
+    there += (100 + 100) * RATE * (1 + 10 * config.harm_weight)
+    assert there < here
+    choice = policy.choose(probe, [local], [], [eu])
+    assert choice.option is Option.PEER and choice.cost_s == pytest.approx(there)
+
+
+def test_a_prompt_forwarded_to_a_peer_is_priced_there_by_what_it_lacks() -> None:
+    policy = MeridianPolicy(NO_DECODE)
+    home, near = target("home"), peer("eu", rtt_ms=80.0)
+    policy.select(sized(8000, "huge"), [home])  # home is held back behind its queue
+    doc = prefix(1, 40)
+    first = policy.choose(request(doc), [], [home], [near])
+    assert first.option is Option.PEER
+    # The next turn extends what went to the peer: there it lacks only 4 blocks.
+    follow_up = request(prefix(2, 4, doc))
+    cold = policy.choose(follow_up, [], [home], [peer("ap", rtt_ms=80.0)])
+    warm = policy.choose(follow_up, [], [home], [near])
+    assert warm.option is Option.PEER and warm.target is near
+    # 640 cached tokens fewer to prefill (nothing decodes here: no harm to add).
+    assert cold.cost_s - warm.cost_s == pytest.approx(40 * 16 * RATE)
+    # The tree keeps what went to the peers (the follow-up too) when local targets change.
+    policy.on_targets_changed(["home"])
+    assert policy.uncached_by_target(follow_up, {"eu", "home"}) == {"eu": 0}
+
+
+def test_a_peer_that_reports_its_prices_is_priced_by_them() -> None:
+    policy = MeridianPolicy()
+    config = policy.config
+    local = target("local")
+    busy = sized(100, "busy")
+    policy.select(busy, [local])
+    policy.observe_first_token(busy, "local", on_profile(100))
+    policy.reuse = 1.0  # every request extends an earlier one: programs in a closed loop
+    unpriced = peer("eu", rtt_ms=80.0, estimate_s=1.0)
+    prices = {"prefill_s_per_token": RATE, "decode_s_per_token": 0.04}
+    priced = target("ap", extra={"rtt_ms": 80.0, "estimate_s": 1.0, **prices})
+    out = policy.predicted_output(sized(500, "x"))
+    # Unpriced: this region's rate, decoders and decode terms stand in for the peer's.
+    per_token = config.step_s + (2 + config.harm_weight) * config.seq_s
+    expected = 0.08 + 1.0 + 500 * RATE * 2 + out * per_token + config.step_s
+    assert policy.choose(sized(500, "a"), [], [], [unpriced]).cost_s == pytest.approx(expected)
+    # Priced: its own prices per prompt and per output token.
+    expected = 0.08 + 1.0 + 500 * RATE + out * 0.04 + config.step_s
+    assert policy.choose(sized(500, "b"), [], [], [priced]).cost_s == pytest.approx(expected)
+
+
+def test_unique_prompts_price_a_peer_by_this_regions_rates_without_decode_terms() -> None:
+    policy = MeridianPolicy(MeridianConfig(ewma_alpha=1.0))
+    local = target("local")
+    for i in range(3):
+        running = sized(100, f"run{i}")
+        policy.select(running, [local])
+        policy.observe_first_token(running, "local", on_profile(100))
+    # Nothing routed was cached: no request waits on another's last token.
+    assert policy.reuse == 0.0
+    prices = {"prefill_s_per_token": RATE, "decode_s_per_token": 0.04}
+    priced = target("ap", extra={"rtt_ms": 80.0, "estimate_s": 1.0, **prices})
+    per_token = RATE * (1 + policy.config.harm_weight * 3)
+    expected = 0.08 + 1.0 + 500 * per_token + policy.config.step_s
+    assert policy.choose(sized(500, "u"), [], [], [priced]).cost_s == pytest.approx(expected)
+    # A routed prompt that was fully cached: the peer's own prices and decode terms count.
+    policy.select(request(prefix(1, 8)), [local])
+    policy.select(request(prefix(1, 8)), [local])
+    assert policy.reuse == 1.0
+    out = policy.predicted_output(sized(500, "c"))
+    expected = 0.08 + 1.0 + 500 * RATE + out * 0.04 + policy.config.step_s
+    assert policy.choose(sized(500, "c"), [], [], [priced]).cost_s == pytest.approx(expected)
+
+
+def test_region_prices_are_the_mean_over_its_replicas_harm_included() -> None:
+    policy = MeridianPolicy()
+    config = policy.config
+    a, b = target("a"), target("b")
+    for i in range(3):
+        running = sized(100, f"run{i}")
+        policy.select(running, [a])
+        policy.observe_first_token(running, "a", on_profile(100))
+    w = config.harm_weight
+    prefill, decode = policy.region_prices([a, b])
+    # A prompt token on a delays its three decoders too; on b only itself.
+    assert prefill == pytest.approx(RATE * ((1 + 3 * w) + 1) / 2)
+    # An output token on a is a step four sequences full, three of them slowed.
+    step_a = config.step_s + (4 + 3 * w) * config.seq_s
+    assert decode == pytest.approx((step_a + config.step_s + config.seq_s) / 2)
+    assert all(math.isinf(x) for x in policy.region_prices([]))
 
 
 def test_no_option_at_all_is_an_infinite_wait() -> None:
@@ -399,7 +534,9 @@ def test_region_estimate_is_the_least_queued_prefill_time() -> None:
 
 
 def test_region_estimate_counts_the_kv_look_ahead_of_a_typical_request() -> None:
-    config = MeridianConfig(kv_capacity_tokens=4096, lookahead_tokens=100, ewma_alpha=1.0)
+    config = MeridianConfig(
+        kv_capacity_tokens=4096, lookahead_tokens=100, ewma_alpha=1.0, decode_weight=0.0
+    )
     policy = MeridianPolicy(config)
     a = target("a")
     first = sized(3900, "r1", output=500)
@@ -493,5 +630,7 @@ def test_bad_config_is_refused() -> None:
         MeridianConfig(admission_tokens=0)
     with pytest.raises(ValueError, match="affinity_tokens"):
         MeridianConfig(affinity_tokens=-1)
+    with pytest.raises(ValueError, match="decode_weight"):
+        MeridianConfig(decode_weight=-1.0)
     with pytest.raises(ValueError, match="ewma_alpha"):
         MeridianConfig(ewma_alpha=0.0)
