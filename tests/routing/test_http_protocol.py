@@ -8,6 +8,7 @@ bound that only a hang would reach; nothing asserts how fast anything happened.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -62,9 +63,9 @@ class Served:
     port: int
 
 
-@pytest.fixture
-async def served() -> AsyncIterator[Served]:
-    app = EchoApp()
+@contextlib.asynccontextmanager
+async def serving(app: object) -> AsyncIterator[uvicorn.Server]:
+    """``app`` under a real uvicorn with the guarded protocol, on a free loopback port."""
     config = uvicorn.Config(
         app, host="127.0.0.1", port=0, http=ShortLimits, lifespan="off", log_level="error"
     )
@@ -72,10 +73,22 @@ async def served() -> AsyncIterator[Served]:
     task = asyncio.create_task(server.serve())
     while not server.started:
         await asyncio.sleep(0.01)
-    port = server.servers[0].sockets[0].getsockname()[1]
-    yield Served(app, port)
-    server.should_exit = True
-    await task
+    try:
+        yield server
+    finally:
+        server.should_exit = True
+        await task
+
+
+def port_of(server: uvicorn.Server) -> int:
+    return int(server.servers[0].sockets[0].getsockname()[1])
+
+
+@pytest.fixture
+async def served() -> AsyncIterator[Served]:
+    app = EchoApp()
+    async with serving(app) as server:
+        yield Served(app, port_of(server))
 
 
 async def exchange(port: int, *chunks: bytes) -> bytes:
@@ -170,38 +183,28 @@ class DirectApp:
 
 async def test_a_direct_body_is_chunked_follows_its_clients_buffer_and_keeps_alive() -> None:
     app = DirectApp()
-    config = uvicorn.Config(
-        app, host="127.0.0.1", port=0, http=ShortLimits, lifespan="off", log_level="error"
-    )
-    server = uvicorn.Server(config)
-    task = asyncio.create_task(server.serve())
-    while not server.started:
-        await asyncio.sleep(0.01)
-    reader, writer = await asyncio.open_connection(
-        "127.0.0.1", server.servers[0].sockets[0].getsockname()[1]
-    )
-    try:
-        writer.write(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
-        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), HANG)
-        assert b"transfer-encoding: chunked" in head
-        assert await asyncio.wait_for(reader.readuntil(b"one\r\n"), HANG) == b"3\r\none\r\n"
-        (protocol,) = server.server_state.connections
-        # What the transport calls past its high-water mark and once drained.
-        protocol.pause_writing()
-        protocol.resume_writing()
-        app.go_on.set()
-        end = await asyncio.wait_for(reader.readuntil(b"0\r\n\r\n"), HANG)
-        assert end == b"3\r\ntwo\r\n0\r\n\r\n"
-        protocol.pause_writing()  # released: its relay hears of it no more
-        protocol.resume_writing()
-        assert app.events == ["pause", "resume"]
-        writer.write(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")  # the connection is still usable
-        again = await asyncio.wait_for(reader.readuntil(b"0\r\n\r\n"), HANG)
-        assert again.startswith(b"HTTP/1.1 200") and again.endswith(b"3\r\ntwo\r\n0\r\n\r\n")
-    finally:
-        writer.close()
-        server.should_exit = True
-        await task
+    async with serving(app) as server:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port_of(server))
+        try:
+            writer.write(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), HANG)
+            assert b"transfer-encoding: chunked" in head
+            assert await asyncio.wait_for(reader.readuntil(b"one\r\n"), HANG) == b"3\r\none\r\n"
+            (protocol,) = server.server_state.connections
+            # What the transport calls past its high-water mark and once drained.
+            protocol.pause_writing()
+            protocol.resume_writing()
+            app.go_on.set()
+            end = await asyncio.wait_for(reader.readuntil(b"0\r\n\r\n"), HANG)
+            assert end == b"3\r\ntwo\r\n0\r\n\r\n"
+            protocol.pause_writing()  # released: its relay hears of it no more
+            protocol.resume_writing()
+            assert app.events == ["pause", "resume"]
+            writer.write(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")  # the connection is still usable
+            again = await asyncio.wait_for(reader.readuntil(b"0\r\n\r\n"), HANG)
+            assert again.startswith(b"HTTP/1.1 200") and again.endswith(b"3\r\ntwo\r\n0\r\n\r\n")
+        finally:
+            writer.close()
 
 
 @dataclass
@@ -229,25 +232,10 @@ class WholeApp:
         del transport.write
 
 
-async def _serve_whole(app: WholeApp) -> AsyncIterator[int]:
-    config = uvicorn.Config(
-        app, host="127.0.0.1", port=0, http=ShortLimits, lifespan="off", log_level="error"
-    )
-    server = uvicorn.Server(config)
-    task = asyncio.create_task(server.serve())
-    while not server.started:
-        await asyncio.sleep(0.01)
-    try:
-        yield server.servers[0].sockets[0].getsockname()[1]
-    finally:
-        server.should_exit = True
-        await task
-
-
 async def test_a_whole_response_is_one_write_and_its_connection_stays_usable() -> None:
     app = WholeApp()
-    async for port in _serve_whole(app):
-        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    async with serving(app) as server:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port_of(server))
         try:
             for _ in range(2):  # the second on the same connection
                 writer.write(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
@@ -263,8 +251,8 @@ async def test_a_whole_response_is_one_write_and_its_connection_stays_usable() -
 
 async def test_a_whole_response_on_a_closing_connection_is_written_before_the_close() -> None:
     app = WholeApp()
-    async for port in _serve_whole(app):
-        reply = await exchange(port, b"GET /close HTTP/1.1\r\nHost: x\r\n\r\n")
+    async with serving(app) as server:
+        reply = await exchange(port_of(server), b"GET /close HTTP/1.1\r\nHost: x\r\n\r\n")
         status, body = status_and_body(reply)
         assert (status, body) == (200, b"hello")
         assert b"connection: close\r\n" in reply
