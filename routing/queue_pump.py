@@ -4,7 +4,8 @@ Requests that found nothing available wait FCFS in ``routing.core.dispatch``;
 what to do with them is the core's decision, *when* to ask is this module's:
 
 * wake-ups (the routers' ``on_change``: a probe, a completion, a failure, a
-  peer report, a topology change) coalesce into one ``call_soon`` drain, and
+  peer report, a topology change) coalesce into one ``call_soon`` drain, none
+  while nothing is queued, and
   the drain is synchronous, so no await separates seeing a target available
   from taking its lease; its placements go to the waiting requests' futures
   and the replicas it names are probed early (``ReplicaProber.probe_soon``);
@@ -60,7 +61,10 @@ class QueuePump:
         self._timer: asyncio.TimerHandle | None = None
 
     def wake(self) -> None:
-        if not self._scheduled:
+        # Every completion wakes the pump; with nothing queued a drain decides nothing
+        # (no sends, no probes, no deadline), so none is scheduled.  A request that
+        # queues later wakes it itself (``wait``).
+        if not self._scheduled and self.core.queues.total():
             self._scheduled = True
             self.loop.call_soon(self._drain)
 

@@ -164,7 +164,10 @@ class LoadForecast:
         self._tick(replica, now)
         predicted: float | None = request.predicted_output_tokens
         if predicted is None:
-            predicted = self.predictor.predict(self.features(request))
+            # Unset after ``predict`` only for ``NoPredictor``: the features ``predict``
+            # kept serve (it reads ``max_tokens`` alone), not a second build per request.
+            features = self._pending.get(request.request_id) or self.features(request)
+            predicted = self.predictor.predict(features)
         anticipator.admit(request.request_id, request.prompt_tokens, cached_tokens, predicted)
 
     def complete(

@@ -30,7 +30,12 @@ class _Family(ABC):
     def _key(self, labels: Sequence[str]) -> tuple[str, ...]:
         if len(labels) != len(self.labelnames):
             raise ValueError(f"{self.name} takes labels {self.labelnames}, got {tuple(labels)}")
-        return tuple(str(v) for v in labels)
+        key = labels if type(labels) is tuple else tuple(labels)
+        for value in key:
+            if type(value) is not str:
+                return tuple(str(v) for v in key)
+        # Already strings (every label on the request path): no second tuple per call.
+        return key
 
     def _label_text(self, key: tuple[str, ...], extra: tuple[tuple[str, str], ...] = ()) -> str:
         pairs = [*zip(self.labelnames, key, strict=True), *extra]

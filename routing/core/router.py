@@ -48,6 +48,8 @@ from routing.core.types import RTT_KEY, RequestDescriptor, TargetState
 PolicyBuilder = Callable[[str, Mapping[str, Any]], Policy]
 Clock = Callable[[], float]
 _DEFAULT_PUSHING = PushingConfig()
+# A replica never probed, for ``is_available`` (which only reads it): not one per call.
+_NO_MARK = ProbeMark()
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,7 +208,7 @@ class LocalRouter:
     # -- availability and selection -----------------------------------------------------
 
     def is_available(self, target: TargetState, now: float | None = None) -> bool:
-        mark = self._marks.get(target.target_id) or ProbeMark()
+        mark = self._marks.get(target.target_id) or _NO_MARK
         at = self.clock() if now is None else now
         cost_model = self._cost_models.get(target.model)
         admits = cost_model.admits if cost_model is not None else None
@@ -221,8 +223,17 @@ class LocalRouter:
             if t.model == request.model and t.healthy and t.target_id not in exclude
         ]
         now = self.clock()
-        available = [t for t in healthy if self.is_available(t, now)]
+        # ``is_available`` per target, with the model's lookups done once per request.
         entry = self._policies.get(request.model)
+        pushing = entry[0].pushing if entry else _DEFAULT_PUSHING
+        cost_model = self._cost_models.get(request.model)
+        admits = cost_model.admits if cost_model is not None else None
+        marks, limits = self._marks, self.limits
+        available = [
+            t
+            for t in healthy
+            if is_available(t, marks.get(t.target_id) or _NO_MARK, pushing, limits, now, admits)
+        ]
         # LoRA affinity narrows what every policy chooses from (routing.core.lora).
         preferred = lora_affinity(available, request.lora)
         target = entry[1].select(request, preferred) if entry and preferred else None
