@@ -255,6 +255,12 @@ MERIDIAN_RETRY_AFTER_S = env_int("MERIDIAN_RETRY_AFTER_S", 1, minimum=1)
 # A peer balancer is available for forwarding while it reports an available replica and
 # at most this many requests in its queue (SkyLB's τ, Algorithm 1 line 12).
 MERIDIAN_PEER_QUEUE_BUFFER = env_int("MERIDIAN_PEER_QUEUE_BUFFER", 1, minimum=0)
+# Allocations between two young-generation collections in a balancer process, set once
+# its runtime is started (routing.lifespan).  At the interpreter's default (700) a
+# streamed request's objects outlive several young collections while it is in flight,
+# so they are promoted and walked again by the older generations' collections; 20000
+# lets most of them die young (docs/performance.md, "Streams: 128 in flight against 32").
+MERIDIAN_BALANCER_GC_GEN0 = env_int("MERIDIAN_BALANCER_GC_GEN0", 20_000, minimum=1)
 
 # --- Control plane (workers/, console/drills/) ------------------------------------------
 # Celery beat periods (seconds); each entry expires at 80 % of its period (workers.schedule).
