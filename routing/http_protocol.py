@@ -67,7 +67,7 @@ class _HeadersTooLarge(Exception):
 
 
 def _ignore() -> None:
-    pass
+    """What a direct body's pause and resume do when no relay holds them."""
 
 
 class _HeldWrites:
