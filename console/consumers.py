@@ -29,6 +29,7 @@ from redis.exceptions import RedisError
 
 from console.live.feed import FeedReader, Topology, topology_rows
 from console.live.messages import ALL_GROUPS
+from console.live.publish import recent_drill_lines
 from console.live.snapshot import FeedInputs, build_snapshot, history
 
 logger = logging.getLogger(__name__)
@@ -77,6 +78,7 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
                     topology = await database_sync_to_async(topology_rows)()
                     if not backfilled:
                         await self.send_history(reader, topology)
+                        await self.send_recent_drills()
                         backfilled = True
                     else:
                         await reader.poll([name for name, _ in topology[0]], time.time())
@@ -91,6 +93,14 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
                 await asyncio.sleep(settings.MERIDIAN_LIVE_PERIOD_S)
         finally:
             await client.aclose()
+
+    async def send_recent_drills(self) -> None:
+        """The drill lines published before this socket joined the drills group (a
+        drill started from the console publishes its first ones before the page its
+        POST redirects to connects).  The group was joined first, so a line published
+        since may come twice; the page drops the repeat by ``run`` and ``seq``."""
+        for line in recent_drill_lines():
+            await self.send_json({"kind": "drill", **line})
 
     async def send_history(self, reader: FeedReader, topology: Topology) -> None:
         regions = [name for name, _ in topology[0]]

@@ -8,7 +8,7 @@ consumer reads the balancers' live streams itself (``console.live.feed``).
 
 from __future__ import annotations
 
-from typing import Any, TypedDict
+from typing import Any, NotRequired, TypedDict
 
 EVENTS_GROUP = "console.events"
 DRILLS_GROUP = "ops.drills"
@@ -35,6 +35,9 @@ class DrillPayload(TypedDict):
     text: str
     done: bool
     outcome: str
+    # Set by ``publish_drill``: this process's running count of drill lines, by which a
+    # page drops a line it was sent twice.
+    seq: NotRequired[int]
 
 
 def message(kind: str, payload: Any) -> dict[str, Any]:

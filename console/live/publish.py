@@ -7,7 +7,10 @@ logged, and the browser shows "stale" when messages stop.
 
 from __future__ import annotations
 
+import itertools
 import logging
+import threading
+from collections import deque
 from typing import Any
 
 from asgiref.sync import async_to_sync
@@ -62,8 +65,27 @@ def publish_event(event: Event) -> bool:
     return send(EVENTS_GROUP, EVENT_TYPE, event_payload(event))
 
 
+# The drill lines this process published last.  A drill started from the console runs
+# in the console's own process and its first lines (its bound, the fault injected) come
+# within milliseconds of the POST, before the page the POST redirects to has opened its
+# socket and joined the drills group; a socket replays these on connect
+# (``recent_drill_lines``), and the page drops lines it has seen by ``seq``.
+RECENT_DRILL_LINES = 200
+_recent_drills: deque[DrillPayload] = deque(maxlen=RECENT_DRILL_LINES)
+_drill_seq = itertools.count(1)
+_drill_lock = threading.Lock()
+
+
 def publish_drill(payload: DrillPayload) -> bool:
+    with _drill_lock:  # drills run in threads: a line's number and place agree
+        payload["seq"] = next(_drill_seq)
+        _recent_drills.append(payload)
     return send(DRILLS_GROUP, DRILL_TYPE, payload)
+
+
+def recent_drill_lines() -> list[DrillPayload]:
+    with _drill_lock:
+        return list(_recent_drills)
 
 
 def _on_event_saved(sender: type[Event], instance: Event, created: bool, **kwargs: Any) -> None:

@@ -112,14 +112,20 @@
 
   // Drills: the live timeline.
   const timeline = document.getElementById("drill-timeline");
+  const shownDrillLines = new Set();  // a socket replays recent lines on connect: each shows once
   m.on("drill", function (d) {
-    if (!timeline) return;
+    const key = d.run + ":" + d.seq;
+    if (!timeline || shownDrillLines.has(key)) return;
+    shownDrillLines.add(key);
     const empty = timeline.querySelector(".empty");
     if (empty) empty.remove();
     const li = document.createElement("li");
     li.textContent = new Date().toLocaleTimeString([], { hour12: false }) + "  " + d.drill + ": " + d.text;
     if (d.done) li.className = "done outcome-" + d.outcome;
-    timeline.appendChild(li);
+    li.dataset.seq = d.seq;
+    // Replayed lines arrive after live ones published meanwhile: keep publishing order.
+    const later = Array.from(timeline.children).find(function (x) { return Number(x.dataset.seq) > d.seq; });
+    timeline.insertBefore(li, later || null);
   });
 
   // Sortable, filterable tables.

@@ -110,3 +110,27 @@ async def test_a_foreign_origin_is_refused(redis_server: EmbeddedRedis) -> None:
     # Disconnected like every refused socket, so the denier's channel-layer read ends.
     connected, _ = await _refused(communicator)
     assert not connected
+
+
+async def test_a_drill_line_published_before_the_socket_joined_is_replayed(
+    redis_server: EmbeddedRedis,
+) -> None:
+    """A drill started from the console publishes its first lines before the page its
+    POST redirects to has connected; the socket replays them, numbered for the page
+    to drop repeats."""
+    from asgiref.sync import sync_to_async
+
+    from console.live.publish import publish_drill
+
+    line = {"run": "early", "drill": "drill_preempt", "t": 0.0, "text": "fault injected: x"}
+    await sync_to_async(publish_drill)({**line, "done": False, "outcome": ""})
+    cookie = await sync_to_async(_session_cookie)(staff=True)
+    communicator = _socket(cookie)
+    connected, _ = await communicator.connect()
+    assert connected
+    received = await _next(communicator, "drill")
+    while received["run"] != "early":  # lines of drills that earlier tests published
+        received = await _next(communicator, "drill")
+    assert received["text"] == "fault injected: x"
+    assert isinstance(received["seq"], int) and received["seq"] >= 1
+    await communicator.disconnect()
