@@ -218,19 +218,20 @@ class MetricsPage:
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.connections += 1
         try:
-            while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                self.requests.append(head)
-                if self.stall:
-                    await reader.read()
-                    break
-                writer.write(
-                    b"HTTP/1.1 %d X\r\ncontent-length: %d\r\n\r\n" % (self.status, len(self.body))
-                )
-                writer.write(self.body)
-                await writer.drain()
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass
+            # The client closed its connection: nothing more to answer.
+            with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError):
+                while True:
+                    head = await reader.readuntil(b"\r\n\r\n")
+                    self.requests.append(head)
+                    if self.stall:
+                        await reader.read()
+                        break
+                    writer.write(
+                        b"HTTP/1.1 %d X\r\ncontent-length: %d\r\n\r\n"
+                        % (self.status, len(self.body))
+                    )
+                    writer.write(self.body)
+                    await writer.drain()
         finally:
             writer.close()
 
