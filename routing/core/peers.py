@@ -20,7 +20,9 @@ with an empty map, and ``queue`` then stands for every model.  ``estimates``
 ``prefill_prices`` (per model, seconds per uncached prompt token, the harm to
 the requests decoding there included) and ``decode_prices`` (per model, seconds
 per output token, its slowdown of the requests decoding there included), added
-after it.
+after it.  ``prefixes`` (per model, what the region's replicas hold: a sampled
+set of chained block hashes, ``routing.core.prefix_digest``) came last and is
+optional too: a peer without it is priced from what was forwarded there.
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
+
+from routing.core.prefix_digest import PrefixDigest
 
 HEARTBEAT_KEY = "meridian:balancer:{name}:heartbeat"
 
@@ -59,15 +63,19 @@ class Heartbeat:
     # Seconds one output token costs here (a decode step one sequence fuller, and
     # that growth of every running request's steps), per model priced likewise.
     decode_prices: Mapping[str, float] = field(default_factory=dict)
+    # What the region's replicas hold, per model priced by a cost model.
+    prefixes: Mapping[str, PrefixDigest] = field(default_factory=dict)
 
     def to_json(self) -> str:
+        plain = {k: v for k, v in asdict(self).items() if k != "prefixes"}
         data = {
-            **asdict(self),
+            **plain,
             "models": dict(self.models),
             "queues": dict(self.queues),
             "estimates": dict(self.estimates),
             "prefill_prices": dict(self.prefill_prices),
             "decode_prices": dict(self.decode_prices),
+            "prefixes": {m: d.encode() for m, d in self.prefixes.items()},
         }
         return json.dumps(data, sort_keys=True)
 
@@ -92,6 +100,7 @@ class Heartbeat:
                 estimates=_seconds(data.get("estimates")),
                 prefill_prices=_seconds(data.get("prefill_prices")),
                 decode_prices=_seconds(data.get("decode_prices")),
+                prefixes=_digests(data.get("prefixes")),
             )
         except (KeyError, TypeError, AttributeError) as exc:
             raise ValueError(f"heartbeat is missing or mistypes a field: {exc}") from None
@@ -113,6 +122,14 @@ def _counts(raw: object) -> dict[str, int]:
     if not isinstance(raw, dict):
         raise TypeError(f"expected an object of counts, got {type(raw).__name__}")
     return {str(k): int(v) for k, v in raw.items()}
+
+
+def _digests(raw: object) -> dict[str, PrefixDigest]:
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise TypeError(f"expected an object of prefix digests, got {type(raw).__name__}")
+    return {str(k): PrefixDigest.decode(v) for k, v in raw.items()}
 
 
 def _seconds(raw: object) -> dict[str, float]:

@@ -20,11 +20,12 @@ registry (``routing.core.registry``).
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol, runtime_checkable
 
+from routing.core.prefix_digest import PrefixDigest
 from routing.core.types import RequestDescriptor, TargetState
 
 
@@ -84,8 +85,10 @@ class CostModel(Protocol):
         *,
         waited_s: float = 0.0,
         queued_ahead: int = 0,
+        peer_prefixes: Mapping[str, PrefixDigest] | None = None,
     ) -> Choice:
-        """The cheapest option; ``held_back``: healthy replicas not admitting now."""
+        """The cheapest option; ``held_back``: healthy replicas not admitting now;
+        ``peer_prefixes``: what the peers said they hold, by peer id."""
         ...
 
     def admits(self, target: TargetState) -> bool:
@@ -104,6 +107,10 @@ class CostModel(Protocol):
     def region_prices(self, targets: Sequence[TargetState]) -> tuple[float, float]:
         """Seconds one uncached prompt token and one output token cost here, the
         delay each adds to the requests decoding here included (for peers' reports)."""
+        ...
+
+    def region_digest(self, targets: Sequence[TargetState]) -> PrefixDigest:
+        """What ``targets`` hold, sampled for peers' reports (``prefix_digest``)."""
         ...
 
     def observe_first_token(

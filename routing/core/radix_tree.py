@@ -73,6 +73,9 @@ class RadixTree:
         self.low_water = int(max_blocks_per_tenant * (1.0 - evict_fraction))
         self.root = RadixNode((), None)
         self._tick = 0
+        # Bumped by every change of what any tenant holds (insert, eviction, removal):
+        # what is derived from the tree (a region's prefix digest) is cached by it.
+        self.version = 0
         self._sizes: dict[str, int] = {}
         # Reverse index: the nodes each tenant holds, for eviction and removal.
         self._nodes: dict[str, dict[RadixNode, None]] = {}
@@ -93,6 +96,7 @@ class RadixTree:
         if not seq:
             return
         self._tick += 1
+        self.version += 1
         node, i = self.root, 0
         while i < len(seq):
             child = node.children.get(seq[i])
@@ -155,6 +159,7 @@ class RadixTree:
 
     def remove_tenant(self, tenant: str) -> None:
         """Forget ``tenant`` entirely; nodes left with no tenant disappear."""
+        self.version += 1
         for node in self._nodes.pop(tenant, {}):
             del node.tenants[tenant]
             if not node.tenants:
@@ -165,6 +170,24 @@ class RadixTree:
         keep = frozenset(tenant_ids)
         for tenant in [t for t in self._sizes if t not in keep]:
             self.remove_tenant(tenant)
+
+    def held_paths(self, wanted: Collection[str]) -> list[tuple[int, int, RadixNode]]:
+        """Every node some tenant in ``wanted`` holds, as ``(tick, depth, node)``:
+        ``tick`` the latest insertion through it by one of them, ``depth`` the blocks
+        above its edge.  One walk from the root over held nodes only (a tenant holding
+        a node holds its ancestors), so a node's tick is never newer than its
+        parent's: in order of recency, a path's shallower nodes come first."""
+        out: list[tuple[int, int, RadixNode]] = []
+        stack: list[tuple[RadixNode, int]] = [(self.root, 0)]
+        while stack:
+            node, depth = stack.pop()
+            below = depth + len(node.edge)
+            for child in node.children.values():
+                ticks = [tick for tenant, tick in child.tenants.items() if tenant in wanted]
+                if ticks:
+                    out.append((max(ticks), below, child))
+                    stack.append((child, below))
+        return out
 
     # -- internals --------------------------------------------------------------------
 

@@ -34,6 +34,7 @@ from typing import Any
 from routing.core.leases import InflightLedger, Lease
 from routing.core.peers import Heartbeat
 from routing.core.policy import CostModel, Option, Policy
+from routing.core.prefix_digest import PrefixDigest
 from routing.core.router import Clock, LocalRouter, PolicyBuilder
 from routing.core.topology import ModelSpec, PeerSpec
 from routing.core.types import RequestDescriptor, TargetState
@@ -68,6 +69,10 @@ class PeerLink:
         prefill = self.report.prefill_prices.get(model)
         decode = self.report.decode_prices.get(model)
         return None if prefill is None or decode is None else (prefill, decode)
+
+    def digest_for(self, model: str) -> PrefixDigest | None:
+        """What the peer said its replicas hold for ``model`` (None: it said nothing)."""
+        return None if self.report is None else self.report.prefixes.get(model)
 
     def room_for(self, model: str) -> int:
         """Available replicas the report showed, less the forwards sent since."""
@@ -190,6 +195,16 @@ class RemoteRouter:
                 link.state.extra["prefill_s_per_token"] = prices[0]
                 link.state.extra["decode_s_per_token"] = prices[1]
             out.append(link.state)
+        return out
+
+    def digests(self, model: str, peers: Iterable[TargetState]) -> dict[str, PrefixDigest]:
+        """What each of ``peers`` said its replicas hold for ``model``, where it said."""
+        out: dict[str, PrefixDigest] = {}
+        for peer in peers:
+            link = self._links.get(peer.target_id)
+            digest = link.digest_for(model) if link is not None else None
+            if digest is not None:
+                out[peer.target_id] = digest
         return out
 
     def any_available(self, model: str) -> bool:
@@ -315,6 +330,7 @@ def place_by_cost(
     choice = cost_model.choose(
         request, options.available, options.held_back, peers,
         waited_s=waited_s, queued_ahead=queued_ahead,
+        peer_prefixes=remote.digests(request.model, peers),
     )  # fmt: skip
     target = choice.target
     if target is None or choice.option is Option.WAIT:
@@ -361,6 +377,9 @@ def availability_report(
     cost model the seconds a request would queue here (``estimates``)."""
     healthy, available = local.counts()
     prices = local.prices()
+    # An empty digest is news too: the peer then prices this region as holding
+    # nothing, not by what it forwarded here.
+    digests = local.digests()
     return Heartbeat(
         balancer=balancer,
         region=region,
@@ -375,4 +394,5 @@ def availability_report(
         estimates={m: s for m, s in local.estimates().items() if math.isfinite(s)},
         prefill_prices={m: p[0] for m, p in prices.items() if math.isfinite(p[0])},
         decode_prices={m: p[1] for m, p in prices.items() if math.isfinite(p[1])},
+        prefixes=digests,
     )

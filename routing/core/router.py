@@ -41,6 +41,7 @@ from routing.core.engine_metrics import EngineLoad
 from routing.core.leases import InflightLedger, Lease
 from routing.core.lora import lora_affinity
 from routing.core.policy import CostModel, Policy, RouteLearner
+from routing.core.prefix_digest import PrefixDigest
 from routing.core.shared_state import ReplicaLoad, RouteRecord
 from routing.core.topology import ModelSpec, ReplicaSpec
 from routing.core.types import RTT_KEY, RequestDescriptor, TargetState
@@ -282,6 +283,15 @@ class LocalRouter:
         for model, cost_model in self._cost_models.items():
             mine = [t for t in self._targets.values() if t.model == model]
             out[model] = cost_model.region_prices(mine)
+        return out
+
+    def digests(self) -> dict[str, PrefixDigest]:
+        """Per model priced by a cost model: what this region's replicas hold, for
+        peers (``routing.core.prefix_digest``)."""
+        out: dict[str, PrefixDigest] = {}
+        for model, cost_model in self._cost_models.items():
+            mine = [t for t in self._targets.values() if t.model == model]
+            out[model] = cost_model.region_digest(mine)
         return out
 
     def cost_model(self, model: str) -> CostModel | None:

@@ -238,6 +238,7 @@ from operator import attrgetter
 
 from routing.core.cost_floors import CostFloors
 from routing.core.policy import Choice, Option, PolicyBase, load_key
+from routing.core.prefix_digest import PrefixDigest, digest_of
 from routing.core.radix_tree import RadixTree
 from routing.core.types import RTT_KEY, RequestDescriptor, TargetState
 
@@ -273,6 +274,11 @@ class MeridianConfig:
     # Prefix affinity: a replica lacking more than this many tokens of what the best
     # local holder caches is reached only by waiting (until wait_limit_s).
     affinity_tokens: int = 256
+    # The region's prefix digest for peers (routing.core.prefix_digest): every
+    # ``digest_min_stride``-th block of what its replicas hold, the stride doubled
+    # until it fits ``digest_max_hashes`` (8 bytes each in the heartbeat).
+    digest_min_stride: int = 4
+    digest_max_hashes: int = 4096
 
     def __post_init__(self) -> None:
         positive = {
@@ -284,6 +290,8 @@ class MeridianConfig:
             "block_tokens": self.block_tokens,
             "max_blocks_per_target": self.max_blocks_per_target,
             "default_output_tokens": self.default_output_tokens,
+            "digest_min_stride": self.digest_min_stride,
+            "digest_max_hashes": self.digest_max_hashes,
         }
         for key, value in positive.items():
             if value <= 0:
@@ -347,6 +355,8 @@ class MeridianPolicy(PolicyBase):
         # bound on any cold replica's cost.
         self.floors = CostFloors()
         self._least_rate = self.config.prefill_s_per_token
+        # The latest digest for peers, with the tree version and replicas it is of.
+        self._digest: tuple[tuple[int, tuple[str, ...]], PrefixDigest] | None = None
 
     # -- the Policy interface -----------------------------------------------------------
 
@@ -396,6 +406,7 @@ class MeridianPolicy(PolicyBase):
         *,
         waited_s: float = 0.0,
         queued_ahead: int = 0,
+        peer_prefixes: Mapping[str, PrefixDigest] | None = None,
     ) -> Choice:
         waived = self.waives_admission(waited_s)
         if held_back and waived:
@@ -410,10 +421,9 @@ class MeridianPolicy(PolicyBase):
         if uncached:
             admitting, waiting = self._with_affinity(request, admitting, waiting, uncached, waived)
         at_peers: Mapping[str, int] = {}
+        told = self._usable_digests(peer_prefixes) if peers and peer_prefixes else {}
         if peers:
-            # A second walk over the few peers: a union with every local id would
-            # build a set of all of them per decision.
-            at_peers = self.uncached_by_target(request, [p.target_id for p in peers])
+            at_peers = self._uncached_at_peers(request, peers, told)
             if not self._may_forward(request, uncached, everywhere, waived):
                 # A forward there is no cold copy where the program already lives.
                 home = min(uncached.values())
@@ -439,11 +449,44 @@ class MeridianPolicy(PolicyBase):
             tokens = uncached.get(best.target.target_id, request.prompt_tokens)
             self._record(request, best.target, tokens)
         elif best.option is Option.PEER and best.target is not None:
-            # The peer's balancer routes it to a replica there; later turns of the
-            # same program find its prefix under the peer's name.
-            self._peer_ids.add(best.target.target_id)
-            self.tree.insert(request.block_hashes, best.target.target_id)
+            peer_id = best.target.target_id
+            if peer_id not in told:
+                # A peer that reports no digest: its balancer routes the request to a
+                # replica there, and later turns of the same program find its prefix
+                # under the peer's name here (a guess that never hears evictions).
+                self._peer_ids.add(peer_id)
+                self.tree.insert(request.block_hashes, peer_id)
         return best
+
+    def _usable_digests(self, digests: Mapping[str, PrefixDigest]) -> dict[str, PrefixDigest]:
+        """The peers' digests keyed by blocks of this balancer's size (another size
+        hashes other blocks: nothing in it could match)."""
+        size = self.config.block_tokens
+        return {peer: d for peer, d in digests.items() if d.block_tokens == size}
+
+    def _uncached_at_peers(
+        self,
+        request: RequestDescriptor,
+        peers: Sequence[TargetState],
+        told: Mapping[str, PrefixDigest],
+    ) -> dict[str, int]:
+        """This prompt's uncached tokens at each peer holding part of it: what the
+        peer says it holds (its digest), else what this balancer forwarded there
+        (the peer as a tenant of the radix tree)."""
+        blocks = request.block_hashes
+        guessed = [p.target_id for p in peers if p.target_id not in told]
+        # A second walk over the few peers: a union with every local id would
+        # build a set of all of them per decision.
+        out = self.uncached_by_target(request, guessed) if guessed else {}
+        if not blocks:
+            return out
+        size, prompt = self.config.block_tokens, request.prompt_tokens
+        for peer in peers:
+            digest = told.get(peer.target_id)
+            held = digest.held_blocks(blocks) if digest is not None else 0
+            if held:
+                out[peer.target_id] = max(0, prompt - held * size)
+        return out
 
     def _with_affinity(
         self,
@@ -527,6 +570,25 @@ class MeridianPolicy(PolicyBase):
 
     def region_prices(self, targets: Sequence[TargetState]) -> tuple[float, float]:
         return self._mean_prices(targets)
+
+    def region_digest(self, targets: Sequence[TargetState]) -> PrefixDigest:
+        """What the healthy ``targets`` hold, as the radix tree knows it, sampled for
+        peers (``routing.core.prefix_digest``); rebuilt only when the tree or the
+        replicas changed since the last report."""
+        ids = tuple(sorted(t.target_id for t in targets if t.healthy))
+        key = (self.tree.version, ids)
+        if self._digest is not None and self._digest[0] == key:
+            return self._digest[1]
+        cfg = self.config
+        digest = digest_of(
+            self.tree,
+            frozenset(ids),
+            block_tokens=cfg.block_tokens,
+            min_stride=cfg.digest_min_stride,
+            max_hashes=cfg.digest_max_hashes,
+        )
+        self._digest = (key, digest)
+        return digest
 
     def _mean_prices(self, targets: Sequence[TargetState]) -> tuple[float, float]:
         """The prices of one prompt token (prefill plus harm to the decoders) and one

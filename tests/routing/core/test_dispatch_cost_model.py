@@ -141,3 +141,29 @@ def test_a_peers_reported_prices_reach_the_cost_model_and_go_with_them() -> None
     (peer,) = remote.candidates(MODEL)
     assert "prefill_s_per_token" not in peer.extra
     assert "decode_s_per_token" not in peer.extra
+
+
+def test_a_region_reports_what_its_replicas_hold_and_peers_forward_by_it() -> None:
+    clock, local, remote, core = build(("a",))
+    doc = ticket("doc", 4096)  # 256 blocks
+    assert sent_to(core.arrive(doc, clock.now)) == "a"
+    core.first_token(doc, clock.now + 2.2)  # prefilled: nothing queues there now
+    report = availability_report(
+        balancer="eu", region="eu", url="http://eu", ts=clock.now,
+        local=local, remote=remote, queue_lengths={},
+    )  # fmt: skip
+    digest = report.prefixes[MODEL]
+    assert digest.held_blocks(doc.request.block_hashes) == 256
+    beat = Heartbeat.from_json(report.to_json())
+    assert beat.prefixes == report.prefixes
+    # In another region, the same document asked for again.  Nothing here holds it:
+    # told nothing, an idle local replica beats a cold prefill 80 ms away ...
+    told = replace(beat, balancer="near", models={MODEL: 1})
+    clock2, _, remote2, core2 = build(("b",), (NEAR,))
+    remote2.record_report("near", replace(told, prefixes={}))
+    assert remote2.digests(MODEL, remote2.candidates(MODEL)) == {}
+    assert sent_to(core2.arrive(ticket("cold", 4160), clock2.now)) == "b"
+    # ... while a peer that says it holds the document is cheaper by its prefill.
+    clock3, _, remote3, core3 = build(("b",), (NEAR,))
+    remote3.record_report("near", told)
+    assert sent_to(core3.arrive(ticket("again", 4160), clock3.now)) == "near"
