@@ -39,6 +39,7 @@ import binascii
 from array import array
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 from routing.core.radix_tree import RadixTree
 
@@ -46,9 +47,11 @@ _WORD = "Q"  # unsigned 64-bit: block hashes are 8-byte digests
 _LITTLE = array(_WORD, [1]).tobytes()[0] == 1
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class PrefixDigest:
-    """The block hashes a region holds, sampled every ``stride`` blocks."""
+    """The block hashes a region holds, sampled every ``stride`` blocks.  (No slots:
+    the wire form is cached on the instance, since an idle region's digest is the
+    same object report after report.)"""
 
     stride: int
     block_tokens: int
@@ -74,14 +77,14 @@ class PrefixDigest:
         return lo * stride
 
     def encode(self) -> dict[str, object]:
+        return {"stride": self.stride, "block_tokens": self.block_tokens, "blocks": self._blocks}
+
+    @cached_property
+    def _blocks(self) -> str:
         words = array(_WORD, sorted(self.hashes))
         if not _LITTLE:
             words.byteswap()
-        return {
-            "stride": self.stride,
-            "block_tokens": self.block_tokens,
-            "blocks": base64.b64encode(words.tobytes()).decode("ascii"),
-        }
+        return base64.b64encode(words.tobytes()).decode("ascii")
 
     @classmethod
     def decode(cls, raw: object) -> PrefixDigest:

@@ -15,7 +15,7 @@ import pytest
 from routing.core.availability import PushingMode
 from routing.core.policies.meridian import MeridianConfig, MeridianPolicy
 from routing.core.policy import CostModel, Option
-from routing.core.prefix_digest import digest_of
+from routing.core.prefix_digest import PrefixDigest, digest_of
 from routing.core.radix_tree import RadixTree
 from routing.core.registry import build_policy, default_pushing
 from routing.core.types import RequestDescriptor, TargetState
@@ -383,34 +383,50 @@ def test_a_prompt_forwarded_to_a_peer_is_priced_there_by_what_it_lacks() -> None
     assert policy.uncached_by_target(follow_up, {"eu", "home"}) == {"eu": 0}
 
 
-def test_a_peer_that_says_what_it_holds_is_priced_by_that_not_by_our_forwards() -> None:
-    policy = MeridianPolicy(NO_DECODE)
-    home, near = target("home"), peer("eu", rtt_ms=80.0)
-    policy.select(sized(8000, "huge"), [home])  # home is held back behind its queue
+def _said(*paths: tuple[int, ...]) -> PrefixDigest:
+    """The digest of a peer whose replica holds ``paths``."""
+    tree = RadixTree(10_000)
+    for path in paths:
+        tree.insert(path, "replica")
+    return digest_of(tree, {"replica"}, block_tokens=16, min_stride=4, max_hashes=100)
+
+
+def test_a_peer_that_says_what_it_holds_is_priced_by_it_and_by_forwards_since() -> None:
     doc = prefix(1, 40)
-    holds_doc = RadixTree(10_000)
-    holds_doc.insert(doc, "eu-replica")
-    said = {"eu": digest_of(holds_doc, {"eu-replica"}, block_tokens=16, min_stride=4,
-                            max_hashes=100)}  # fmt: skip
-    # Asked for the first time here: the peer says it holds the document already.
-    told = policy.choose(request(prefix(2, 4, doc)), [], [home], [near], peer_prefixes=said)
-    blind = policy.choose(request(prefix(3, 4, doc)), [], [home], [near])
+    home, near = target("home"), peer("eu", rtt_ms=80.0)
+
+    def held_back() -> MeridianPolicy:
+        policy = MeridianPolicy(NO_DECODE)
+        policy.select(sized(8000, "huge"), [home])  # home is held back behind its queue
+        return policy
+
+    # Asked for the first time here, the peer says it holds the document already
+    # (its own clients put it there): cheaper there by the 640 tokens it caches.
+    told = held_back().choose(
+        request(prefix(2, 4, doc)), [], [home], [near], peer_prefixes={"eu": _said(doc)}
+    )
+    blind = held_back().choose(request(prefix(2, 4, doc)), [], [home], [near])
     assert told.option is Option.PEER
     assert blind.cost_s - told.cost_s == pytest.approx(40 * 16 * RATE)
-    # Forwards to a peer that tells are not guessed into the tree under its name ...
-    assert policy.uncached_by_target(request(doc), {"eu"}) == {"eu": 0}  # (the blind one)
-    fresh = MeridianPolicy(NO_DECODE)
-    fresh.select(sized(8000, "huge"), [home])
-    fresh.choose(request(doc), [], [home], [near], peer_prefixes=said)
-    assert fresh.uncached_by_target(request(doc), {"eu"}) == {}
-    # ... and once it says it evicted the document, it is priced cold again.
-    empty = {"eu": digest_of(RadixTree(10), set(), block_tokens=16, min_stride=4, max_hashes=1)}
-    evicted = policy.choose(request(prefix(4, 4, doc)), [], [home], [near], peer_prefixes=empty)
-    assert evicted.cost_s == pytest.approx(blind.cost_s)
+    # What went there since its report counts too: the report could not know it yet.
+    policy = held_back()
+    quiet = {"eu": _said()}
+    assert policy.choose(request(doc), [], [home], [near], peer_prefixes=quiet).target is near
+    follow_up = policy.choose(request(prefix(3, 4, doc)), [], [home], [near], peer_prefixes=quiet)
+    assert follow_up.cost_s == pytest.approx(told.cost_s)
+    # Its next report says it no longer holds the document (evicted): priced cold again,
+    # where a guess from the forwards alone would still credit it.
+    evicted = {"eu": _said()}
+    again = policy.choose(request(prefix(4, 4, doc)), [], [home], [near], peer_prefixes=evicted)
+    assert again.cost_s == pytest.approx(blind.cost_s)
+    guessed = policy.choose(request(prefix(6, 4, doc)), [], [home], [near])
+    assert guessed.cost_s == pytest.approx(told.cost_s)  # (the forward just made)
     # A digest of blocks of another size is of other hashes: ignored, the peer is
-    # priced by what went there (the blind forward above), as one that says nothing.
-    other = {"eu": replace(said["eu"], block_tokens=32)}
-    assert policy.choose(
+    # priced by what went there, as one that says nothing.
+    other = {"eu": replace(_said(), block_tokens=32)}
+    odd = held_back()
+    odd.choose(request(doc), [], [home], [near], peer_prefixes={"eu": _said()})
+    assert odd.choose(
         request(prefix(5, 4, doc)), [], [home], [near], peer_prefixes=other
     ).cost_s == pytest.approx(told.cost_s)
 
