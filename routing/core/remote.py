@@ -270,6 +270,15 @@ class RemoteRouter:
                     "inflight": beat.inflight if fresh and beat else 0,
                     "queue": beat.queue if fresh and beat else 0,
                     "models": dict(beat.models) if fresh and beat else {},
+                    # What it says it holds, per model: sampled block hashes and stride.
+                    "prefixes": (
+                        {
+                            m: {"hashes": len(d.hashes), "stride": d.stride}
+                            for m, d in beat.prefixes.items()
+                        }
+                        if fresh and beat
+                        else {}
+                    ),
                     "forwarded_outstanding": link.state.outstanding,
                 }
             )
