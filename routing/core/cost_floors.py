@@ -1,7 +1,7 @@
 """Replicas in the orders Meridian's walk over cold replicas stops by.
 
-``MeridianPolicy._cheapest`` prices the replicas holding part of a prompt one by
-one; the others (cold: their uncached tokens are the whole prompt) it walks from
+Meridian's walk (``ReplicaBook.cheapest``) prices the replicas holding part of a
+prompt one by one; the others (cold: their uncached tokens are the whole prompt) it walks from
 this index, in an order where a lower bound of every replica not yet priced is
 known, and stops once that bound cannot beat the best price found.  The index
 keeps three orders of the same replicas, each a sorted list of ``(key, id)``,

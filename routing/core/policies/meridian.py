@@ -224,122 +224,52 @@ Decision cost: a decision prices the replicas holding part of the prompt,
 then walks the cold ones from ``routing.core.cost_floors``: orders of the
 replicas, kept as ledgers, rates and probes change, in which every replica not
 yet priced has a known lower bound, and stops once that bound cannot beat the
-best found (``_cheapest``).  When the prompt and its look-ahead fit in the KV
-capacity the order is a floor (``Q(r) * p(r)`` plus the pressure of the ledger
-alone); when they do not, every replica overflows and its pressure is linear in
-the request's excess with per-replica terms that depend on the probed
-``kv_usage``, so two orders are walked in turn (Fagin's threshold algorithm).
+best found (``ReplicaBook.cheapest``, ``meridian_book``).  When the prompt and
+its look-ahead fit in the KV capacity the order is a floor (``Q(r) * p(r)`` plus
+the pressure of the ledger alone); when they do not, every replica overflows
+and its pressure is linear in the request's excess with per-replica terms that
+depend on the probed ``kv_usage``, so two orders are walked in turn (Fagin's threshold algorithm).
 A decision therefore prices the holders and a few cold replicas, not all of
 them (``manage.py bench routing``; ``docs/results.md``, decision cost).
 
 Ties go to a replica before waiting before a peer; among holders to
 ``load_key`` order and among cold replicas to the walk's (replicas in the same
 state: the lower id), so decisions are deterministic.
+
+Modules: this one decides (the options, affinity, the forwarding rule, what is
+learned); ``meridian_terms`` holds the settings, each replica's model and the
+arithmetic of one replica's price; ``meridian_book`` files the replicas by the
+floors of their cost and walks them; ``meridian_peers`` knows what each peer
+holds and prices a forward.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Collection, Mapping, Sequence
 from operator import attrgetter
 
-from routing.core.cost_floors import CostFloors
-from routing.core.policy import Choice, Option, PolicyBase, load_key
+from routing.core.policies.meridian_book import ReplicaBook
+from routing.core.policies.meridian_peers import ForwardTerms, PeerHoldings, best_peer
+from routing.core.policies.meridian_terms import (
+    InFlight,
+    MeridianConfig,
+    ReplicaModel,
+    clamp,
+    decode_cost_s,
+    ewma,
+    pressure_s,
+    replica_cost,
+    rtt_s,
+)
+from routing.core.policy import Choice, Option, PolicyBase
 from routing.core.prefix_digest import PrefixDigest, digest_of
 from routing.core.radix_tree import RadixTree
-from routing.core.types import RTT_KEY, RequestDescriptor, TargetState
+from routing.core.types import RequestDescriptor, TargetState
+
+__all__ = ["MeridianConfig", "MeridianPolicy"]
 
 _TARGET_ID = attrgetter("target_id")
-
-
-@dataclass(frozen=True, slots=True)
-class MeridianConfig:
-    # Engine-profile defaults (l4-llama3.1-8b), refined online per replica.
-    prefill_s_per_token: float = 0.53e-3
-    itl_s: float = 0.035
-    step_s: float = 0.030
-    # What one more running sequence adds to a decode step (its GEMM share and
-    # the attention reads of ~1k tokens of context).
-    seq_s: float = 0.75e-3
-    # Weight of the decode terms (a request's own decode steps and their slowdown
-    # of the running ones) against the time to first token; 0 prices TTFT only.
-    decode_weight: float = 1.0
-    local_rtt_s: float = 0.001
-    # SP-P's rule in tokens: queued prefill a replica may hold and still admit.
-    admission_tokens: int = 4096
-    # PreServe look-ahead: KV capacity and how many decode tokens ahead to count.
-    kv_capacity_tokens: int = 32_768
-    lookahead_tokens: int = 256
-    default_output_tokens: int = 256
-    harm_weight: float = 1.0
-    block_tokens: int = 16
-    max_blocks_per_target: int = 2048
-    ewma_alpha: float = 0.2
-    min_sample_tokens: int = 64
-    # Waiting stays an option only this long, so it never becomes a timeout.
-    wait_limit_s: float = 0.25
-    # Prefix affinity: a replica lacking more than this many tokens of what the best
-    # local holder caches is reached only by waiting (until wait_limit_s).
-    affinity_tokens: int = 256
-    # The region's prefix digest for peers (routing.core.prefix_digest): every
-    # ``digest_min_stride``-th block of what its replicas hold, the stride doubled
-    # until it fits ``digest_max_hashes`` (8 bytes each in the heartbeat).
-    digest_min_stride: int = 4
-    digest_max_hashes: int = 4096
-
-    def __post_init__(self) -> None:
-        positive = {
-            "prefill_s_per_token": self.prefill_s_per_token,
-            "itl_s": self.itl_s,
-            "seq_s": self.seq_s,
-            "admission_tokens": self.admission_tokens,
-            "kv_capacity_tokens": self.kv_capacity_tokens,
-            "block_tokens": self.block_tokens,
-            "max_blocks_per_target": self.max_blocks_per_target,
-            "default_output_tokens": self.default_output_tokens,
-            "digest_min_stride": self.digest_min_stride,
-            "digest_max_hashes": self.digest_max_hashes,
-        }
-        for key, value in positive.items():
-            if value <= 0:
-                raise ValueError(f"{key} must be positive")
-        if min(self.step_s, self.local_rtt_s, self.harm_weight, self.wait_limit_s) < 0:
-            raise ValueError("step_s, local_rtt_s, harm_weight and wait_limit_s must be >= 0")
-        if self.decode_weight < 0:
-            raise ValueError("decode_weight must be >= 0")
-        if min(self.lookahead_tokens, self.min_sample_tokens, self.affinity_tokens) < 0:
-            raise ValueError("lookahead_tokens, min_sample_tokens and affinity_tokens must be >= 0")
-        if not 0.0 < self.ewma_alpha <= 1.0:
-            raise ValueError("ewma_alpha must be within (0, 1]")
-
-
-@dataclass(slots=True)
-class InFlight:
-    """One request this balancer sent to a replica, as the cost model counts it."""
-
-    uncached: int
-    kv_tokens: int
-    queued_ahead: int
-    prefilled: bool = False
-
-
-@dataclass(slots=True)
-class ReplicaModel:
-    """What the cost model knows of one replica: learned rates, its ledger and its
-    probed KV usage."""
-
-    prefill_s_per_token: float
-    itl_s: float
-    mean_output: float
-    # The round trip to it when this balancer last sent it a request (``_rtt_s``).
-    rtt_s: float = 0.0
-    queued_prefill: int = 0
-    kv_tokens: int = 0
-    decoding: int = 0
-    # The latest probe's KV usage (0..1), as observe_probe reported it.
-    kv_usage: float = 0.0
-    inflight: dict[str, InFlight] = field(default_factory=dict)
 
 
 class MeridianPolicy(PolicyBase):
@@ -348,25 +278,22 @@ class MeridianPolicy(PolicyBase):
     def __init__(self, config: MeridianConfig | None = None) -> None:
         self.config = config or MeridianConfig()
         self.tree = RadixTree(self.config.max_blocks_per_target)
-        self.replicas: dict[str, ReplicaModel] = {}
+        # Every replica's model, filed by the floors of its cost (the walk's index).
+        self.book = ReplicaBook(self.config)
+        self.peers = PeerHoldings(self.tree, self.config.block_tokens)
         self.mean_output = float(self.config.default_output_tokens)
         self.mean_uncached = 0.0
         self.mean_prompt = 0.0
         # Share of a routed prompt already cached: how likely a request extends an earlier one.
         self.reuse = 0.0
         self.decoding_total = 0
-        # Peer regions this balancer has forwarded to: tenants of the radix tree too
-        # (what was sent there), kept when the local targets change.
-        self._peer_ids: set[str] = set()
-        # Replicas by the floors of their cost (routing.core.cost_floors), kept sorted
-        # as ledgers and probes change, and the least prefill rate: together a lower
-        # bound on any cold replica's cost.
-        self.floors = CostFloors()
-        self._least_rate = self.config.prefill_s_per_token
         # The latest digest for peers, with the tree version and replicas it is of.
         self._digest: tuple[tuple[int, tuple[str, ...]], PrefixDigest] | None = None
-        # The digest each peer reported last, as this policy last priced it.
-        self._digests_seen: dict[str, PrefixDigest] = {}
+
+    @property
+    def replicas(self) -> dict[str, ReplicaModel]:
+        """What the cost model knows of each replica, by id."""
+        return self.book.replicas
 
     # -- the Policy interface -----------------------------------------------------------
 
@@ -388,17 +315,15 @@ class MeridianPolicy(PolicyBase):
             self.decoding_total -= 1
         else:
             model.queued_prefill -= entry.uncached
-        self._reindex(target.target_id, model)
+        self.book.reindex(target.target_id, model)
 
     def on_targets_changed(self, target_ids: Sequence[str]) -> None:
         keep = set(target_ids)
-        self.tree.retain_tenants(keep | self._peer_ids)
-        self.replicas = {k: v for k, v in self.replicas.items() if k in keep}
+        self.tree.retain_tenants(keep | self.peers.peer_ids)
+        self.book.retain(keep)
         self.decoding_total = sum(m.decoding for m in self.replicas.values())
-        self.floors.retain(keep)
-        self._least_rate = self._lowest_rate()
         for target_id in target_ids:
-            self._model(target_id)
+            self.book.model(target_id)
 
     def learn_route(self, blocks: Sequence[int], target_id: str) -> None:
         """A sibling process routed ``blocks`` to ``target_id``: the radix tree learns
@@ -431,9 +356,9 @@ class MeridianPolicy(PolicyBase):
         if uncached:
             admitting, waiting = self._with_affinity(request, admitting, waiting, uncached, waived)
         at_peers: Mapping[str, int] = {}
-        told = self._usable_digests(peer_prefixes) if peers and peer_prefixes else {}
+        told = self.peers.usable(peer_prefixes) if peers and peer_prefixes else {}
         if peers:
-            at_peers = self._uncached_at_peers(request, peers, told)
+            at_peers = self.peers.uncached(request, peers, told)
             if not self._may_forward(request, uncached, everywhere, waived):
                 # A forward there is no cold copy where the program already lives.
                 home = min(uncached.values())
@@ -459,48 +384,8 @@ class MeridianPolicy(PolicyBase):
             tokens = uncached.get(best.target.target_id, request.prompt_tokens)
             self._record(request, best.target, tokens)
         elif best.option is Option.PEER and best.target is not None:
-            # The peer's balancer routes it to a replica there; later turns of the
-            # same program find its prefix under the peer's name (until the peer's
-            # next digest says what it holds, where it reports one).
-            self._peer_ids.add(best.target.target_id)
-            self.tree.insert(request.block_hashes, best.target.target_id)
+            self.peers.forwarded(request, best.target.target_id)
         return best
-
-    def _usable_digests(self, digests: Mapping[str, PrefixDigest]) -> dict[str, PrefixDigest]:
-        """The peers' digests keyed by blocks of this balancer's size (another size
-        hashes other blocks: nothing in it could match)."""
-        size = self.config.block_tokens
-        return {peer: d for peer, d in digests.items() if d.block_tokens == size}
-
-    def _uncached_at_peers(
-        self,
-        request: RequestDescriptor,
-        peers: Sequence[TargetState],
-        told: Mapping[str, PrefixDigest],
-    ) -> dict[str, int]:
-        """This prompt's uncached tokens at each peer holding part of it: what the
-        peer says it holds (its digest), or what this balancer forwarded there since
-        that digest (the peer as a tenant of the radix tree), whichever is more.  A
-        peer that reports no digest is priced by every forward still in the tree."""
-        for peer_id, report in told.items():
-            if self._digests_seen.get(peer_id) is not report:
-                # A new report: what went there before it is in it, or was evicted.
-                self._digests_seen[peer_id] = report
-                self.tree.remove_tenant(peer_id)
-        # A second walk over the few peers: a union with every local id would
-        # build a set of all of them per decision.
-        out = self.uncached_by_target(request, [p.target_id for p in peers])
-        blocks = request.block_hashes
-        if not blocks or not told:
-            return out
-        size, prompt = self.config.block_tokens, request.prompt_tokens
-        for peer in peers:
-            said = told.get(peer.target_id)
-            held = said.held_blocks(blocks) if said is not None else 0
-            if held:
-                uncached = max(0, prompt - held * size)
-                out[peer.target_id] = min(out.get(peer.target_id, prompt), uncached)
-        return out
 
     def _with_affinity(
         self,
@@ -560,7 +445,7 @@ class MeridianPolicy(PolicyBase):
 
     def _fits(self, target: TargetState, kv_tokens: int) -> bool:
         """Whether ``kv_tokens`` more fit ``target``'s KV look-ahead with no pressure."""
-        return self._pressure_s(self._model(target.target_id), kv_tokens) == 0.0
+        return pressure_s(self.config, self.book.model(target.target_id), kv_tokens) == 0.0
 
     def admits(self, target: TargetState) -> bool:
         model = self.replicas.get(target.target_id)
@@ -575,7 +460,8 @@ class MeridianPolicy(PolicyBase):
         )
         return min(
             (
-                self._queue_s(t.target_id) + self._pressure_s(self._model(t.target_id), typical)
+                self._queue_s(t.target_id)
+                + pressure_s(self.config, self.book.model(t.target_id), typical)
                 for t in targets
                 if t.healthy
             ),
@@ -619,10 +505,10 @@ class MeridianPolicy(PolicyBase):
         for t in targets:
             if not t.healthy:
                 continue
-            model = self._model(t.target_id)
+            model = self.book.model(t.target_id)
             healthy += 1
             prefill += model.prefill_s_per_token * (1.0 + cfg.harm_weight * model.decoding)
-            decode += self._decode_s(model, 1)
+            decode += decode_cost_s(cfg, model.decoding, 1)
         if not healthy:
             return math.inf, math.inf
         return prefill / healthy, decode / healthy
@@ -642,11 +528,11 @@ class MeridianPolicy(PolicyBase):
         if work >= self.config.min_sample_tokens:
             cfg = self.config
             sample = max(0.0, ttft_s - model.rtt_s - cfg.step_s) / work
-            sample = _clamp(sample, cfg.prefill_s_per_token / 8, cfg.prefill_s_per_token * 8)
+            sample = clamp(sample, cfg.prefill_s_per_token / 8, cfg.prefill_s_per_token * 8)
             model.prefill_s_per_token = self._ewma(model.prefill_s_per_token, sample)
             # Off the decision path (a response arrived): a full scan is affordable here.
-            self._least_rate = self._lowest_rate()
-        self._reindex(target_id, model)
+            self.book.relearn_least_rate()
+        self.book.reindex(target_id, model)
 
     def observe_finish(
         self, request: RequestDescriptor, target_id: str, decode_s: float, output_tokens: int
@@ -659,20 +545,20 @@ class MeridianPolicy(PolicyBase):
             return
         model.mean_output = self._ewma(model.mean_output, float(output_tokens))
         if output_tokens >= 2:
-            sample = _clamp(
+            sample = clamp(
                 decode_s / (output_tokens - 1), self.config.itl_s / 8, self.config.itl_s * 8
             )
             model.itl_s = self._ewma(model.itl_s, sample)
-        self._reindex(target_id, model)
+        self.book.reindex(target_id, model)
 
     def observe_probe(self, target_id: str, kv_usage: float) -> None:
         """A probe of ``target_id`` read ``kv_usage``.  The cost model prices the KV
         usage it was told here, not ``TargetState.kv_usage``: the walk's floors are
         filed with it (off the decision path), so they hold for every decision."""
-        model = self._model(target_id)
+        model = self.book.model(target_id)
         if model.kv_usage != kv_usage:
             model.kv_usage = kv_usage
-            self._reindex(target_id, model)
+            self.book.reindex(target_id, model)
 
     # -- pricing ------------------------------------------------------------------------
 
@@ -695,46 +581,9 @@ class MeridianPolicy(PolicyBase):
 
     def replica_cost(self, request: RequestDescriptor, target: TargetState, uncached: int) -> float:
         """ttft + harm + pressure of sending ``request`` to ``target`` now."""
-        model = self._model(target.target_id)
-        self._sync_rtt(target.target_id, model, self._rtt_s(target))
-        return self._cost(model, uncached, self._decode_tokens(request))
-
-    def _cost(self, model: ReplicaModel, uncached: int, decode: int) -> float:
-        cfg = self.config
-        rate = model.prefill_s_per_token
-        prefill_s = uncached * rate
-        ttft = model.rtt_s + cfg.step_s + model.queued_prefill * rate + prefill_s
-        harm = cfg.harm_weight * prefill_s * model.decoding
-        # The KV it adds there: its uncached prompt and its look-ahead decode (the
-        # cached prefix is held already, once for every request sharing it).
-        return ttft + harm + self._pressure_s(model, uncached + decode)
-
-    def _decode_s(self, model: ReplicaModel, output: int) -> float:
-        """Decode seconds ``output`` tokens cost on a replica: its own steps, each
-        one sequence fuller than now, and the same slowdown of the ``D`` running."""
-        cfg = self.config
-        running = model.decoding
-        step = cfg.step_s + (running + 1 + cfg.harm_weight * running) * cfg.seq_s
-        return cfg.decode_weight * output * step
-
-    def _pressure_s(self, model: ReplicaModel, kv_tokens: int) -> float:
-        """Seconds until the replica frees room for ``kv_tokens`` more KV tokens."""
-        cfg = self.config
-        held = max(model.kv_tokens, int(model.kv_usage * cfg.kv_capacity_tokens))
-        overflow = held + kv_tokens - cfg.kv_capacity_tokens
-        if overflow <= 0:
-            return 0.0
-        return _drain_s(overflow, held, model)
-
-    def _rtt_s(self, target: TargetState) -> float:
-        """The round trip to ``target`` from here, at least ``local_rtt_s``."""
-        return max(self.config.local_rtt_s, target.extra.get(RTT_KEY, 0.0) / 1000.0)
-
-    def _sync_rtt(self, target_id: str, model: ReplicaModel, rtt_s: float) -> None:
-        """Keep the round trip the index and the learning use as the target says."""
-        if model.rtt_s != rtt_s:
-            model.rtt_s = rtt_s
-            self._reindex(target_id, model)
+        model = self.book.model(target.target_id)
+        self.book.sync_rtt(target.target_id, model, rtt_s(self.config, target))
+        return replica_cost(self.config, model, uncached, self._decode_tokens(request))
 
     def _decode_tokens(self, request: RequestDescriptor) -> int:
         """KV tokens the request's decoding adds within the look-ahead."""
@@ -757,7 +606,7 @@ class MeridianPolicy(PolicyBase):
         a peer reports its own): what a local option is set against a peer with.
         ``decode`` is linear in ``D``, so its mean is its value at the mean ``D``,
         kept as a running total (no walk over the replicas per decision).  Weighted
-        by ``reuse``, as a peer's reported prices are (``_best_peer``)."""
+        by ``reuse``, as a peer's reported prices are (``meridian_peers``)."""
         cfg = self.config
         running = self._mean_decoding()
         step = cfg.step_s + (running + 1 + cfg.harm_weight * running) * cfg.seq_s
@@ -786,95 +635,9 @@ class MeridianPolicy(PolicyBase):
         uncached: Mapping[str, int],
         extra_tokens: float,
     ) -> tuple[TargetState | None, float]:
-        """The target of least ``replica_cost + extra_tokens * p``, and that cost.
-
-        Prefix holders are priced one by one.  Cold targets (``U = prompt``) are
-        walked from ``self.floors`` (``routing.core.cost_floors``), whose keys plus
-        ``(prompt + extra_tokens) * least rate + step + local_rtt_s`` (the least round
-        trip) bound the cost of every target not yet priced (harm is never negative).
-        Every key includes the target's round trip beyond ``local_rtt_s`` as last seen
-        (the walk prices the target's own and re-files a target whose round trip
-        changed, after the walk).  When the request's own KV (``prompt + look-ahead
-        decode``) fits in the capacity, the walk takes the targets by their floor
-        (``Q * p`` plus the pressure of the ledger alone); when it does not, every
-        target overflows and its pressure is exactly ``alpha + slope * (KV -
-        capacity)``, so the walk takes the ``base`` and ``slope`` orders in turn and
-        bounds the rest by both cursors.  It stops once the bound is no cheaper than
-        the best found: a decision prices the holders and the few cold targets that
-        could win, not every candidate.  Holders tie-break by ``load_key``; cold
-        targets by the walk's order (by key, then id: between replicas in the same
-        state, the lower id).
-        """
-        if not by_id:
-            return None, math.inf
+        """The cheapest of ``by_id`` for ``request`` (``ReplicaBook.cheapest``)."""
         decode = self._decode_tokens(request)
-        best: TargetState | None = None
-        best_cost = math.inf
-        holders = 0
-        for target_id, tokens in uncached.items():
-            target = by_id.get(target_id)
-            if target is None:
-                continue
-            holders += 1
-            model = self._model(target_id)
-            self._sync_rtt(target_id, model, self._rtt_s(target))
-            rate = model.prefill_s_per_token
-            cost = self._cost(model, tokens, decode)
-            cost += extra_tokens * rate
-            if best is None or (cost, load_key(target)) < (best_cost, load_key(best)):
-                best, best_cost = target, cost
-        if holders == len(by_id):
-            return best, best_cost  # no cold target among them: nothing to walk
-        floors = self.floors
-        if not floors.ids() >= by_id.keys():
-            for target_id in by_id.keys() - floors.ids():
-                self._model(target_id)  # a target never seen: index it (idle, default rates)
-        cfg = self.config
-        prompt = request.prompt_tokens
-        capacity = cfg.kv_capacity_tokens
-        added = prompt + decode
-        over = added - capacity
-        order: Iterable[tuple[float, str]] = floors.by_floor
-        if over >= 0:
-            if floors.stale:
-                self._refile_stale()
-            order = floors.overflow_order(over)
-        local_rtt_s, step_s = cfg.local_rtt_s, cfg.step_s
-        floor = local_rtt_s + step_s + (prompt + extra_tokens) * self._least_rate
-        # ``_cost`` and ``_pressure_s`` inlined, the same arithmetic in the same order:
-        # the calls were most of a walk's price per replica.
-        harm_weight = cfg.harm_weight
-        replicas = self.replicas
-        get = by_id.get
-        moved: list[tuple[str, ReplicaModel, float]] = []
-        for least_s, target_id in order:
-            if least_s + floor >= best_cost:
-                break
-            target = get(target_id)
-            if target is None or target_id in uncached:
-                continue
-            model = replicas[target_id]
-            rate = model.prefill_s_per_token
-            prefill_s = prompt * rate
-            rtt_s = target.extra.get(RTT_KEY, 0.0) / 1000.0
-            if rtt_s < local_rtt_s:
-                rtt_s = local_rtt_s
-            if rtt_s != model.rtt_s:  # the index is walked: re-placed after the walk
-                moved.append((target_id, model, rtt_s))
-            cost = rtt_s + step_s + model.queued_prefill * rate + prefill_s
-            cost += harm_weight * prefill_s * model.decoding
-            held = int(model.kv_usage * capacity)
-            if model.kv_tokens > held:
-                held = model.kv_tokens
-            overflow = held + added - capacity
-            if overflow > 0:
-                cost += overflow * model.mean_output * model.itl_s / (held if held > 1 else 1)
-            cost += extra_tokens * rate
-            if cost < best_cost:
-                best, best_cost = target, cost
-        for target_id, model, rtt_s in moved:
-            self._sync_rtt(target_id, model, rtt_s)
-        return best, best_cost
+        return self.book.cheapest(request.prompt_tokens, decode, by_id, uncached, extra_tokens)
 
     def _best_peer(
         self,
@@ -885,45 +648,26 @@ class MeridianPolicy(PolicyBase):
     ) -> Choice:
         cfg = self.config
         rate = self._mean_rate()
-        # Per-token price of prefill anywhere: its own wait plus its harm to decoders.
-        per_token = rate * (1.0 + cfg.harm_weight * self._mean_decoding())
-        prompt = request.prompt_tokens
         output = self.predicted_output(request)
-        left_behind = 0.0
-        if home_uncached is not None:
-            left_behind = self.reuse * (home_uncached + output) * per_token
-        # A peer that reports no prices (an older balancer) is priced as this region:
-        # its mean rate and decoders for prefill, its mean decode terms.
-        decode_here = self._decode_here(request) / max(1, output)
-        # What the peer's own decoders change (its prefill's harm, its decode steps)
-        # delays the requests that wait on this one: weighted by ``reuse`` (see
-        # ``price(g)`` above); the rest of its price is this region's.
-        chained = self.reuse
-
-        def cost(peer: TargetState) -> float:
-            rtt_ms = peer.extra.get("rtt_ms", math.inf)
-            rtt = rtt_ms / 1000.0 if math.isfinite(rtt_ms) else math.inf
-            uncached = at_peers.get(peer.target_id, prompt)
-            # Forwarding leaves locality behind only where home holds more of it.
-            lost = left_behind if home_uncached is not None and uncached >= home_uncached else 0.0
-            # The peer's own prices where it reports them (its decoders, not ours).
-            prefill = per_token
-            decode = decode_here
-            if "prefill_s_per_token" in peer.extra:
-                prefill += chained * (peer.extra["prefill_s_per_token"] - per_token)
-            if "decode_s_per_token" in peer.extra:
-                decode = chained * peer.extra["decode_s_per_token"]
-            here = uncached * prefill + output * decode + cfg.step_s
-            return rtt + peer.extra.get("estimate_s", 0.0) + here + lost
-
-        best = min(peers, key=lambda p: (cost(p), p.target_id))
-        return Choice(Option.PEER, best, cost(best))
+        terms = ForwardTerms(
+            prompt=request.prompt_tokens,
+            output=output,
+            # Per-token price of prefill anywhere: its own wait plus its harm to decoders.
+            per_token=rate * (1.0 + cfg.harm_weight * self._mean_decoding()),
+            # A peer that reports no prices (an older balancer) is priced as this
+            # region: its mean rate and decoders for prefill, its mean decode terms.
+            decode_per_token=self._decode_here(request) / max(1, output),
+            reuse=self.reuse,
+            home_uncached=home_uncached,
+            step_s=cfg.step_s,
+        )
+        return best_peer(terms, peers, at_peers)
 
     def _mean_decoding(self) -> float:
         return self.decoding_total / len(self.replicas) if self.replicas else 0.0
 
     def _queue_s(self, target_id: str) -> float:
-        model = self._model(target_id)
+        model = self.book.model(target_id)
         return model.queued_prefill * model.prefill_s_per_token
 
     def _mean_rate(self) -> float:
@@ -934,21 +678,20 @@ class MeridianPolicy(PolicyBase):
     # -- bookkeeping ----------------------------------------------------------------------
 
     def _record(self, request: RequestDescriptor, target: TargetState, uncached: int) -> None:
-        model = self._model(target.target_id)
+        model = self.book.model(target.target_id)
         previous = model.inflight.pop(request.request_id, None)
         if previous is not None:  # the same request again on the same replica (a retry)
             model.kv_tokens -= previous.kv_tokens
             model.queued_prefill -= 0 if previous.prefilled else previous.uncached
             model.decoding -= 1 if previous.prefilled else 0
             self.decoding_total -= 1 if previous.prefilled else 0
-        model.rtt_s = self._rtt_s(
-            target
-        )  # what its first token's TTFT will carry (reindexed below)
+        # What its first token's TTFT will carry (reindexed below).
+        model.rtt_s = rtt_s(self.config, target)
         entry = InFlight(uncached, uncached + self._decode_tokens(request), model.queued_prefill)
         model.inflight[request.request_id] = entry
         model.queued_prefill += uncached
         model.kv_tokens += entry.kv_tokens
-        self._reindex(target.target_id, model)
+        self.book.reindex(target.target_id, model)
         self.mean_uncached = self._ewma(self.mean_uncached, float(uncached))
         prompt = request.prompt_tokens
         self.mean_prompt = self._ewma(self.mean_prompt, float(prompt))
@@ -956,62 +699,5 @@ class MeridianPolicy(PolicyBase):
             self.reuse = self._ewma(self.reuse, 1.0 - uncached / prompt)
         self.tree.insert(request.block_hashes, target.target_id)
 
-    def _model(self, target_id: str) -> ReplicaModel:
-        model = self.replicas.get(target_id)
-        if model is None:
-            cfg = self.config
-            model = ReplicaModel(
-                cfg.prefill_s_per_token,
-                cfg.itl_s,
-                float(cfg.default_output_tokens),
-                cfg.local_rtt_s,
-            )
-            self.replicas[target_id] = model
-            self._least_rate = min(self._least_rate, model.prefill_s_per_token)
-            self._reindex(target_id, model)
-        return model
-
-    def _reindex(self, target_id: str, model: ReplicaModel) -> None:
-        """File ``target_id``'s cost floor (``routing.core.cost_floors``): its queued
-        prefill, its ledger's KV pressure and its round trip beyond the local one (as
-        last seen: ``_sync_rtt``); its overflow keys go stale until a request larger
-        than the capacity needs them."""
-        cfg = self.config
-        queued_s = model.queued_prefill * model.prefill_s_per_token
-        over = model.kv_tokens - cfg.kv_capacity_tokens
-        floor = queued_s + (_drain_s(over, model.kv_tokens, model) if over > 0 else 0.0)
-        self.floors.file_floor(target_id, floor + (model.rtt_s - cfg.local_rtt_s))
-
-    def _refile_stale(self) -> None:
-        """File the overflow keys of every replica whose state moved since."""
-        floors, cfg = self.floors, self.config
-        capacity = cfg.kv_capacity_tokens
-        for target_id in tuple(floors.stale):
-            model = self.replicas[target_id]
-            held = max(int(model.kv_usage * capacity), model.kv_tokens)
-            lifetime = model.mean_output * model.itl_s
-            base = model.queued_prefill * model.prefill_s_per_token
-            base += lifetime if held >= 1 else 0.0
-            base += model.rtt_s - cfg.local_rtt_s
-            floors.file_overflow(target_id, base, lifetime / max(1, held))
-
-    def _lowest_rate(self) -> float:
-        rates = (m.prefill_s_per_token for m in self.replicas.values())
-        return min(rates, default=self.config.prefill_s_per_token)
-
     def _ewma(self, current: float, sample: float) -> float:
-        return current + self.config.ewma_alpha * (sample - current)
-
-
-def _drain_s(overflow: int, held: int, model: ReplicaModel) -> float:
-    """Seconds until ``overflow`` KV tokens are freed on a replica holding ``held``.
-
-    The held tokens drain as their requests finish decoding, over about one
-    request lifetime there (its mean output x itl): the overflow frees in that
-    share of it.
-    """
-    return overflow * model.mean_output * model.itl_s / max(1, held)
-
-
-def _clamp(value: float, low: float, high: float) -> float:
-    return min(high, max(low, value))
+        return ewma(self.config.ewma_alpha, current, sample)
