@@ -90,7 +90,8 @@ class ForwardTerms:
     output token (``reuse``-weighted), standing in for a peer that reports none;
     ``reuse``: how likely a later request extends this one; ``home_uncached``: the
     prompt's uncached tokens at its best local holder (None: no local replica,
-    nothing to leave behind)."""
+    nothing to leave behind); ``displace_weight``: the weight of what a copy
+    abroad displaces there (0: not priced)."""
 
     prompt: int
     output: int
@@ -99,6 +100,7 @@ class ForwardTerms:
     reuse: float
     home_uncached: int | None
     step_s: float
+    displace_weight: float = 1.0
 
 
 def best_peer(
@@ -128,7 +130,11 @@ def best_peer(
         if "decode_s_per_token" in peer.extra:
             decode = chained * peer.extra["decode_s_per_token"]
         here = uncached * prefill + terms.output * decode + terms.step_s
-        return rtt + peer.extra.get("estimate_s", 0.0) + here + lost
+        # The copy displaces what the peer's caches hold for its own clients (full in
+        # steady state: an LRU keeps everything until it needs the room), reused
+        # about as often as here: each copied token is one they will prefill again.
+        displaced = terms.displace_weight * terms.reuse * uncached * prefill
+        return rtt + peer.extra.get("estimate_s", 0.0) + here + lost + displaced
 
     best = min(peers, key=lambda p: (cost(p), p.target_id))
     return Choice(Option.PEER, best, cost(best))

@@ -48,6 +48,9 @@ class MeridianConfig:
     # until it fits ``digest_max_hashes`` (8 bytes each in the heartbeat).
     digest_min_stride: int = 4
     digest_max_hashes: int = 4096
+    # Weight of what a copy into a peer's caches displaces there (``reuse`` x the
+    # tokens it copies x the peer's prefill price); 0 leaves it unpriced.
+    displace_weight: float = 1.0
 
     def __post_init__(self) -> None:
         positive = {
@@ -67,8 +70,8 @@ class MeridianConfig:
                 raise ValueError(f"{key} must be positive")
         if min(self.step_s, self.local_rtt_s, self.harm_weight, self.wait_limit_s) < 0:
             raise ValueError("step_s, local_rtt_s, harm_weight and wait_limit_s must be >= 0")
-        if self.decode_weight < 0:
-            raise ValueError("decode_weight must be >= 0")
+        if self.decode_weight < 0 or self.displace_weight < 0:
+            raise ValueError("decode_weight and displace_weight must be >= 0")
         if min(self.lookahead_tokens, self.min_sample_tokens, self.affinity_tokens) < 0:
             raise ValueError("lookahead_tokens, min_sample_tokens and affinity_tokens must be >= 0")
         if not 0.0 < self.ewma_alpha <= 1.0:

@@ -318,10 +318,12 @@ def test_a_forward_pays_for_the_locality_it_leaves_behind() -> None:
     assert policy.reuse == pytest.approx(1 - 64 / 704)
     # Another peer: ``near`` now holds the follow-up (it was just forwarded there).
     learned = policy.choose(follow_up, [], [home], [peer("ap", rtt_ms=80.0)], waited_s=waited)
-    # The follow-up would leave 64 new tokens and its reply missing at home.
+    # The follow-up would leave 64 new tokens and its reply missing at home, and its
+    # cold copy (all 704 tokens: ap holds none) displaces as many of ap's own.
     lost = policy.reuse * (64 + policy.predicted_output(follow_up)) * RATE
+    displaced = policy.reuse * 704 * RATE
     assert learned.option is Option.PEER
-    assert learned.cost_s - unlearned == pytest.approx(lost)
+    assert learned.cost_s - unlearned == pytest.approx(lost + displaced)
 
 
 def test_a_peer_pays_harm_to_its_decoders_like_a_replica() -> None:
@@ -359,6 +361,8 @@ def test_decode_terms_send_a_request_from_large_batches_to_a_region_with_small_o
     there = 0.08 + 100 * RATE + 100 * (config.step_s + config.seq_s) + config.step_s
     # The locality it leaves: the next turn's 100 tokens and this reply, harming ten here.
     there += (100 + 100) * RATE * (1 + 10 * config.harm_weight)
+    # What its cold copy displaces there, at the peer's price.
+    there += 100 * RATE
     assert there < here
     choice = policy.choose(probe, [local], [], [eu])
     assert choice.option is Option.PEER and choice.cost_s == pytest.approx(there)
@@ -445,10 +449,11 @@ def test_a_peer_that_reports_its_prices_is_priced_by_them() -> None:
     out = policy.predicted_output(sized(500, "x"))
     # Unpriced: this region's rate, decoders and decode terms stand in for the peer's.
     per_token = config.step_s + (2 + config.harm_weight) * config.seq_s
-    expected = 0.08 + 1.0 + 500 * RATE * 2 + out * per_token + config.step_s
+    # With reuse 1 a cold copy displaces as many tokens of the peer's own (last term).
+    expected = 0.08 + 1.0 + 500 * RATE * 2 + out * per_token + config.step_s + 500 * RATE * 2
     assert policy.choose(sized(500, "a"), [], [], [unpriced]).cost_s == pytest.approx(expected)
     # Priced: its own prices per prompt and per output token.
-    expected = 0.08 + 1.0 + 500 * RATE + out * 0.04 + config.step_s
+    expected = 0.08 + 1.0 + 500 * RATE + out * 0.04 + config.step_s + 500 * RATE
     assert policy.choose(sized(500, "b"), [], [], [priced]).cost_s == pytest.approx(expected)
 
 
@@ -471,7 +476,8 @@ def test_unique_prompts_price_a_peer_by_this_regions_rates_without_decode_terms(
     policy.select(request(prefix(1, 8)), [local])
     assert policy.reuse == 1.0
     out = policy.predicted_output(sized(500, "c"))
-    expected = 0.08 + 1.0 + 500 * RATE + out * 0.04 + policy.config.step_s
+    # ... and so does what the cold copy displaces there (reuse 1: every token of it).
+    expected = 0.08 + 1.0 + 500 * RATE + out * 0.04 + policy.config.step_s + 500 * RATE
     assert policy.choose(sized(500, "c"), [], [], [priced]).cost_s == pytest.approx(expected)
 
 

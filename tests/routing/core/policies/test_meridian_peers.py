@@ -73,12 +73,17 @@ def test_a_forward_is_its_round_trip_estimate_prefill_decode_and_what_it_leaves(
     eu = target("eu", extra={"rtt_ms": 80.0, "estimate_s": 0.5})
     choice = best_peer(terms, [eu], {})
     lost = 0.5 * (200 + 100) * 1e-3  # the later turns that will miss at home
-    expected = 0.08 + 0.5 + 1000 * 1e-3 + 100 * 0.03 + 0.03 + lost
+    displaced = 0.5 * 1000 * 1e-3  # the peer's own tokens the cold copy displaces
+    expected = 0.08 + 0.5 + 1000 * 1e-3 + 100 * 0.03 + 0.03 + lost + displaced
     assert choice.option is Option.PEER and choice.target is eu
     assert choice.cost_s == pytest.approx(expected)
-    # Where the peer holds more of the prompt than home, nothing is left behind.
+    # Where the peer holds more of the prompt than home, nothing is left behind, and
+    # only the 100 tokens it lacks displace anything.
     holds = best_peer(terms, [eu], {"eu": 100})
-    assert holds.cost_s == pytest.approx(0.08 + 0.5 + 100 * 1e-3 + 100 * 0.03 + 0.03)
+    assert holds.cost_s == pytest.approx(0.08 + 0.5 + 0.1 + 100 * 0.03 + 0.03 + 0.05)
+    # displace_weight 0 leaves it unpriced.
+    unpriced = best_peer(_terms(displace_weight=0.0), [eu], {})
+    assert unpriced.cost_s == pytest.approx(expected - displaced)
 
 
 def test_a_peers_own_prices_replace_this_regions_weighted_by_reuse() -> None:
@@ -87,7 +92,7 @@ def test_a_peers_own_prices_replace_this_regions_weighted_by_reuse() -> None:
         "eu", extra={"rtt_ms": 80.0, "prefill_s_per_token": 3e-3, "decode_s_per_token": 0.05}
     )
     prefill = 1e-3 + 0.5 * (3e-3 - 1e-3)
-    expected = 0.08 + 1000 * prefill + 100 * (0.5 * 0.05) + 0.03
+    expected = 0.08 + 1000 * prefill + 100 * (0.5 * 0.05) + 0.03 + 0.5 * 1000 * prefill
     assert best_peer(terms, [priced], {}).cost_s == pytest.approx(expected)
 
 
