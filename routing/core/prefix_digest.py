@@ -44,6 +44,10 @@ from functools import cached_property
 from routing.core.radix_tree import RadixTree
 
 _WORD = "Q"  # unsigned 64-bit: block hashes are 8-byte digests
+# A peer's digest is refused past this many hashes (512 KiB of words): sixteen times the
+# default budget, room for a peer configured larger, and a bound on what one report may
+# make this balancer hold.
+MAX_WIRE_HASHES = 1 << 16
 _LITTLE = array(_WORD, [1]).tobytes()[0] == 1
 
 
@@ -98,12 +102,16 @@ class PrefixDigest:
             raise ValueError("a prefix digest's block_tokens is a positive integer")
         if not isinstance(blocks, str):
             raise ValueError("a prefix digest's blocks are a base64 string")
+        if len(blocks) > 4 * (8 * MAX_WIRE_HASHES + 2) // 3 + 4:
+            raise ValueError(f"a prefix digest holds at most {MAX_WIRE_HASHES} hashes")
         try:
             packed = base64.b64decode(blocks, validate=True)
         except (binascii.Error, ValueError):
             raise ValueError("a prefix digest's blocks are not base64") from None
         if len(packed) % 8:
             raise ValueError("a prefix digest's blocks are not 8-byte words")
+        if len(packed) > 8 * MAX_WIRE_HASHES:
+            raise ValueError(f"a prefix digest holds at most {MAX_WIRE_HASHES} hashes")
         words = array(_WORD)
         words.frombytes(packed)
         if not _LITTLE:

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from routing.core.prefix_digest import PrefixDigest, digest_of
+from routing.core.prefix_digest import MAX_WIRE_HASHES, PrefixDigest, digest_of
 from routing.core.radix_tree import RadixTree
 from tests.support.descriptors import prefix
 
@@ -109,6 +109,15 @@ def test_encode_and_decode_round_trip() -> None:
 def test_decode_refuses_what_is_not_a_digest(raw: object) -> None:
     with pytest.raises(ValueError):
         PrefixDigest.decode(raw)
+
+
+def test_decode_refuses_a_digest_past_the_wire_bound_before_decoding_it() -> None:
+    words = b"\x01" * 8 * (MAX_WIRE_HASHES + 1)
+    raw = {"stride": 4, "block_tokens": 16, "blocks": base64.b64encode(words).decode()}
+    with pytest.raises(ValueError, match="at most"):
+        PrefixDigest.decode(raw)
+    at_bound = base64.b64encode(b"\x01" * 8 * MAX_WIRE_HASHES).decode()
+    assert len(PrefixDigest.decode({**raw, "blocks": at_bound}).hashes) == 1
 
 
 def test_digest_of_refuses_a_zero_stride_or_cap() -> None:
