@@ -60,6 +60,10 @@ class PrefixDigest:
     stride: int
     block_tokens: int
     hashes: frozenset[int]
+    # The region's tree version it was built from: two reports of one version say
+    # the same, and a later version is news even where the hashes did not change (a
+    # forward that arrived and was evicted between two reports).
+    version: int = 0
 
     def held_blocks(self, blocks: Sequence[int]) -> int:
         """Leading blocks of ``blocks`` the region holds, to ``stride`` granularity
@@ -81,7 +85,12 @@ class PrefixDigest:
         return lo * stride
 
     def encode(self) -> dict[str, object]:
-        return {"stride": self.stride, "block_tokens": self.block_tokens, "blocks": self._blocks}
+        return {
+            "stride": self.stride,
+            "block_tokens": self.block_tokens,
+            "version": self.version,
+            "blocks": self._blocks,
+        }
 
     @cached_property
     def _blocks(self) -> str:
@@ -95,11 +104,10 @@ class PrefixDigest:
         """A digest from its JSON form; ``ValueError`` when it is not one."""
         if not isinstance(raw, Mapping):
             raise ValueError("a prefix digest is an object")
-        stride, block_tokens, blocks = raw.get("stride"), raw.get("block_tokens"), raw.get("blocks")
-        if not isinstance(stride, int) or isinstance(stride, bool) or stride < 1:
-            raise ValueError("a prefix digest's stride is a positive integer")
-        if not isinstance(block_tokens, int) or isinstance(block_tokens, bool) or block_tokens < 1:
-            raise ValueError("a prefix digest's block_tokens is a positive integer")
+        stride = _whole(raw, "stride", least=1)
+        block_tokens = _whole(raw, "block_tokens", least=1)
+        version = _whole(raw, "version", least=0)
+        blocks = raw.get("blocks")
         if not isinstance(blocks, str):
             raise ValueError("a prefix digest's blocks are a base64 string")
         if len(blocks) > 4 * (8 * MAX_WIRE_HASHES + 2) // 3 + 4:
@@ -116,10 +124,15 @@ class PrefixDigest:
         words.frombytes(packed)
         if not _LITTLE:
             words.byteswap()
-        return cls(stride, block_tokens, frozenset(words))
+        return cls(stride, block_tokens, frozenset(words), version)
 
 
-EMPTY_DIGEST = PrefixDigest(1, 16, frozenset())
+def _whole(raw: Mapping[str, object], key: str, *, least: int) -> int:
+    """``raw[key]`` as an integer of at least ``least`` (not a bool), else ValueError."""
+    value = raw.get(key)
+    if not isinstance(value, int) or isinstance(value, bool) or value < least:
+        raise ValueError(f"a prefix digest's {key} is an integer of at least {least}")
+    return value
 
 
 def digest_of(
@@ -153,4 +166,4 @@ def digest_of(
         if room <= 0:
             break
         hashes.update(sampled[:room])
-    return PrefixDigest(stride, block_tokens, frozenset(hashes))
+    return PrefixDigest(stride, block_tokens, frozenset(hashes), tree.version)

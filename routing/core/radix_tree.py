@@ -159,6 +159,8 @@ class RadixTree:
 
     def remove_tenant(self, tenant: str) -> None:
         """Forget ``tenant`` entirely; nodes left with no tenant disappear."""
+        if tenant not in self._sizes:
+            return  # holds nothing: what is derived from the tree stays valid
         self.version += 1
         for node in self._nodes.pop(tenant, {}):
             del node.tenants[tenant]

@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from routing.core.availability import (
     AvailabilityLimits,
@@ -45,6 +45,8 @@ from routing.core.prefix_digest import PrefixDigest
 from routing.core.shared_state import ReplicaLoad, RouteRecord
 from routing.core.topology import ModelSpec, ReplicaSpec
 from routing.core.types import RTT_KEY, RequestDescriptor, TargetState
+
+_Answer = TypeVar("_Answer")
 
 PolicyBuilder = Callable[[str, Mapping[str, Any]], Policy]
 Clock = Callable[[], float]
@@ -270,28 +272,27 @@ class LocalRouter:
 
     def estimates(self) -> dict[str, float]:
         """Per model priced by a cost model: seconds a new request would queue here."""
-        out: dict[str, float] = {}
-        for model, cost_model in self._cost_models.items():
-            mine = [t for t in self._targets.values() if t.model == model]
-            out[model] = cost_model.region_estimate(mine)
-        return out
+        return self._ask_cost_models(lambda model, mine: model.region_estimate(mine))
 
     def prices(self) -> dict[str, tuple[float, float]]:
         """Per model priced by a cost model: seconds per uncached prompt token and
         per output token here."""
-        out: dict[str, tuple[float, float]] = {}
-        for model, cost_model in self._cost_models.items():
-            mine = [t for t in self._targets.values() if t.model == model]
-            out[model] = cost_model.region_prices(mine)
-        return out
+        return self._ask_cost_models(lambda model, mine: model.region_prices(mine))
 
     def digests(self) -> dict[str, PrefixDigest]:
         """Per model priced by a cost model: what this region's replicas hold, for
         peers (``routing.core.prefix_digest``)."""
-        out: dict[str, PrefixDigest] = {}
-        for model, cost_model in self._cost_models.items():
-            mine = [t for t in self._targets.values() if t.model == model]
-            out[model] = cost_model.region_digest(mine)
+        return self._ask_cost_models(lambda model, mine: model.region_digest(mine))
+
+    def _ask_cost_models(
+        self, ask: Callable[[CostModel, list[TargetState]], _Answer]
+    ) -> dict[str, _Answer]:
+        """``ask`` each model's cost model about that model's replicas (the report's
+        per-model fields)."""
+        out: dict[str, _Answer] = {}
+        for name, cost_model in self._cost_models.items():
+            mine = [t for t in self._targets.values() if t.model == name]
+            out[name] = ask(cost_model, mine)
         return out
 
     def cost_model(self, model: str) -> CostModel | None:

@@ -53,9 +53,14 @@ class PeerHoldings:
         that digest, whichever is more.  A peer that reports no digest is priced by
         every forward still in the tree."""
         for peer_id, report in told.items():
-            if self._seen.get(peer_id) is not report:
-                # A new report: what went there before it is in it, or was evicted.
-                self._seen[peer_id] = report
+            seen = self._seen.get(peer_id)
+            if seen is report:
+                continue
+            self._seen[peer_id] = report
+            if seen != report:
+                # News: what went there before it is in it, or was evicted.  A report
+                # that says what the last one said is none (the live poller decodes
+                # each poll anew; the simulator hands over one object until it changes).
                 self.tree.remove_tenant(peer_id)
         blocks = request.block_hashes
         if not blocks:

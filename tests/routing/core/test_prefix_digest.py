@@ -82,6 +82,16 @@ def test_a_full_digest_keeps_the_most_recent_paths_shallow_blocks_first() -> Non
     assert sum(small.held_blocks(p) for p in short) == 3  # the newest short path only
 
 
+def test_a_digest_carries_the_version_of_the_tree_it_was_built_from() -> None:
+    tree = RadixTree(10_000)
+    tree.insert(prefix(1, 8), "r0")
+    first = _digest(tree, {"r0"})
+    tree.insert(prefix(1, 8), "r0")  # the same path again: the same hashes, a later tree
+    again = _digest(tree, {"r0"})
+    assert first.hashes == again.hashes and first != again
+    assert again.version == tree.version > first.version
+
+
 def test_encode_and_decode_round_trip() -> None:
     tree = RadixTree(10_000)
     tree.insert(prefix(1, 40), "r0")
@@ -90,7 +100,7 @@ def test_encode_and_decode_round_trip() -> None:
     assert PrefixDigest.decode(wire) == digest
     assert PrefixDigest.decode(PrefixDigest(4, 16, frozenset()).encode()).hashes == frozenset()
     # Hashes use all 64 bits.
-    top = PrefixDigest(1, 16, frozenset({2**64 - 1, 0}))
+    top = PrefixDigest(1, 16, frozenset({2**64 - 1, 0}), version=7)
     assert PrefixDigest.decode(top.encode()) == top
 
 
@@ -98,12 +108,20 @@ def test_encode_and_decode_round_trip() -> None:
     "raw",
     [
         [],
-        {"stride": 0, "block_tokens": 16, "blocks": ""},
-        {"stride": True, "block_tokens": 16, "blocks": ""},
-        {"stride": 4, "block_tokens": "16", "blocks": ""},
-        {"stride": 4, "block_tokens": 16, "blocks": 7},
-        {"stride": 4, "block_tokens": 16, "blocks": "not base64!"},
-        {"stride": 4, "block_tokens": 16, "blocks": base64.b64encode(b"123").decode()},
+        {"stride": 0, "block_tokens": 16, "version": 0, "blocks": ""},
+        {"stride": True, "block_tokens": 16, "version": 0, "blocks": ""},
+        {"stride": 4, "block_tokens": "16", "version": 0, "blocks": ""},
+        {"stride": 4, "block_tokens": 16, "version": 0, "blocks": 7},
+        {"stride": 4, "block_tokens": 16, "version": True, "blocks": ""},
+        {"stride": 4, "block_tokens": 16, "blocks": ""},  # no version
+        {"stride": 4, "block_tokens": 16, "version": -1, "blocks": ""},
+        {"stride": 4, "block_tokens": 16, "version": 0, "blocks": "not base64!"},
+        {
+            "stride": 4,
+            "block_tokens": 16,
+            "version": 0,
+            "blocks": base64.b64encode(b"123").decode(),
+        },
     ],
 )
 def test_decode_refuses_what_is_not_a_digest(raw: object) -> None:
@@ -113,7 +131,12 @@ def test_decode_refuses_what_is_not_a_digest(raw: object) -> None:
 
 def test_decode_refuses_a_digest_past_the_wire_bound_before_decoding_it() -> None:
     words = b"\x01" * 8 * (MAX_WIRE_HASHES + 1)
-    raw = {"stride": 4, "block_tokens": 16, "blocks": base64.b64encode(words).decode()}
+    raw = {
+        "stride": 4,
+        "block_tokens": 16,
+        "version": 1,
+        "blocks": base64.b64encode(words).decode(),
+    }
     with pytest.raises(ValueError, match="at most"):
         PrefixDigest.decode(raw)
     at_bound = base64.b64encode(b"\x01" * 8 * MAX_WIRE_HASHES).decode()

@@ -418,9 +418,10 @@ def test_a_peer_that_says_what_it_holds_is_priced_by_it_and_by_forwards_since() 
     assert policy.choose(request(doc), [], [home], [near], peer_prefixes=quiet).target is near
     follow_up = policy.choose(request(prefix(3, 4, doc)), [], [home], [near], peer_prefixes=quiet)
     assert follow_up.cost_s == pytest.approx(told.cost_s)
-    # Its next report says it no longer holds the document (evicted): priced cold again,
-    # where a guess from the forwards alone would still credit it.
-    evicted = {"eu": _said()}
+    # Its next report says it no longer holds the document (it arrived and was evicted:
+    # a later tree, the same hashes): priced cold again, where a guess from the
+    # forwards alone would still credit it.
+    evicted = {"eu": replace(_said(), version=2)}
     again = policy.choose(request(prefix(4, 4, doc)), [], [home], [near], peer_prefixes=evicted)
     assert again.cost_s == pytest.approx(blind.cost_s)
     guessed = policy.choose(request(prefix(6, 4, doc)), [], [home], [near])

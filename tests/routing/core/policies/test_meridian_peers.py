@@ -3,6 +3,8 @@ forwards since), and a forward's price from this region's terms."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from routing.core.policies.meridian_peers import ForwardTerms, PeerHoldings, best_peer
@@ -46,6 +48,20 @@ def test_the_same_report_seen_again_keeps_the_forwards_since_it() -> None:
     holdings.forwarded(request(prefix(1, 40)), "eu")
     # The simulator hands the same report object until the peer's tree changes.
     assert holdings.uncached(request(prefix(1, 40)), [target("eu")], report) == {"eu": 0}
+
+
+def test_a_report_decoded_anew_but_of_the_same_tree_version_is_no_news() -> None:
+    tree = RadixTree(10_000)
+    holdings = PeerHoldings(tree, block_tokens=16)
+    eu = target("eu")
+    holdings.uncached(request(prefix(9, 1)), [eu], {"eu": _said()})
+    holdings.forwarded(request(prefix(1, 40)), "eu")
+    # The live poller decodes every poll into a new object: equal, so the forward stays.
+    polled = PrefixDigest.decode(_said().encode())
+    assert holdings.uncached(request(prefix(1, 40)), [eu], {"eu": polled}) == {"eu": 0}
+    # A later tree version with the same hashes is news: the forward went and was evicted.
+    later = replace(polled, version=polled.version + 1)
+    assert holdings.uncached(request(prefix(1, 40)), [eu], {"eu": later}) == {}
 
 
 def test_only_digests_of_this_balancers_block_size_are_usable() -> None:
