@@ -22,6 +22,8 @@ Three tables, all measured in this process on the very policy objects the balanc
    CPU time, with a model tokenizer and with the fallback (``ops.bench.prompt_cost``).
    With ``--against-sglang PATH``, the CPU per ~4k-token request of Meridian's
    balancer process beside sglang-router's (``ops.bench.against_sglang``).
+5. **The prefix digest** a region reports to its peers: building it, its wire form
+   both ways, and matching a 2,048-block prompt (``ops.bench.digest``).
 
 Targets reported against (not asserted): decision p50 < 100 us for a 4k-token prompt,
 tokenization + hashing < 1 ms per 8k tokens.  ``--quick`` runs small sizes for a smoke
@@ -42,6 +44,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from ops.bench.against_sglang import compare, cpu_count_note
+from ops.bench.digest import digest_table
 from ops.bench.prompt_cost import chat_messages, model_encoder, prompt_cost_table, words_for
 from routing.core.blocks import block_hashes
 from routing.core.cache_map import CacheMap
@@ -69,10 +72,11 @@ class Sizes:
     memory_prefixes: int
     memory_scale: float  # fraction of each structure's default bound used in table 3
     decision_runs: int  # fresh chat requests per prompt size in table 4
+    digest_turns: int  # conversation turns filling each tree of table 5
 
 
-FULL = Sizes((8, 64, 512), 100_000, 1000, 30, 100_000, 1.0, 30)
-QUICK = Sizes((8, 64), 500, 20, 3, 1_000, 0.01, 2)
+FULL = Sizes((8, 64, 512), 100_000, 1000, 30, 100_000, 1.0, 30, 20_000)
+QUICK = Sizes((8, 64), 500, 20, 3, 1_000, 0.01, 2, 500)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -136,7 +140,9 @@ def run(options: dict[str, Any], stdout: TextIO) -> None:
     stdout.write(format_table(*memory_table(sizes, seed)) + "\n")
     stdout.write("whole decision per chat request, fresh and follow-up turn, CPU us (median)\n")
     headers, rows, _ = prompt_cost_table(sizes.decision_runs, seed)
-    stdout.write(format_table(headers, rows))
+    stdout.write(format_table(headers, rows) + "\n")
+    stdout.write("prefix digest for peers, 4 replicas at their bounds, microseconds (median)\n")
+    stdout.write(format_table(*digest_table(seed, sizes.tokenize_runs, sizes.digest_turns)))
     if options.get("against_sglang"):
         stdout.write("\n" + sglang_table(options, seed))
 
