@@ -133,8 +133,10 @@ class Supervisor:
         return restarted
 
     def gave_up(self, child: Child) -> bool:
-        """True when an exited restartable child will not be started again."""
-        return child.spec.restart and child.restart_at is None and child.process.poll() is not None
+        """True when an exited restartable child will not be started again.  Only an exit
+        ``exited`` has handled counts: until then no restart is scheduled for it yet, and
+        a child that died a moment ago would read as given up."""
+        return child.spec.restart and child.reported_exit and child.restart_at is None
 
     def stop_all(self, grace_s: float = 8.0) -> None:
         for child in reversed(self.children):

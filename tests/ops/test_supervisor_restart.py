@@ -42,6 +42,19 @@ def test_restartable_child_comes_back_until_attempts_run_out(tmp_path: Path) -> 
         supervisor.stop_all(grace_s=2)
 
 
+def test_an_exit_not_yet_handled_is_not_giving_up(tmp_path: Path) -> None:
+    policy = RestartPolicy(attempts=1, backoff_s=0.05)
+    supervisor = Supervisor(tmp_path, tmp_path, restart_policy=policy)
+    try:
+        child = supervisor.start(ChildSpec("flaky", EXIT_AT_ONCE, restart=True))
+        child.process.wait()  # dead, but the watch loop has not looked yet
+        assert not supervisor.gave_up(child)
+        assert supervisor.exited() == [child]
+        assert not supervisor.gave_up(child)  # its one restart is scheduled
+    finally:
+        supervisor.stop_all(grace_s=2)
+
+
 def test_backoff_doubles_and_is_capped() -> None:
     policy = RestartPolicy(backoff_s=2, max_backoff_s=10)
     assert [policy.delay(n) for n in (1, 2, 3, 4)] == [2, 4, 8, 10]
