@@ -34,6 +34,7 @@ from pathlib import Path
 import httpx
 from django.conf import settings
 
+from ops import http_probe
 from ops.bench.seed import SeedSpec
 from ops.stack.plan import GUARDED_HTTP
 from ops.stack.readiness import StartupError, wait_until_answering
@@ -186,7 +187,7 @@ class BenchFixture:
         last: object = None
         while time.monotonic() < deadline:
             try:
-                last = httpx.get(f"{url}/health", timeout=2).json()
+                last = http_probe.get(f"{url}/health", timeout=2).json()
             except (httpx.HTTPError, ValueError) as exc:
                 last = exc
             if isinstance(last, dict) and last.get("healthy_replicas") == len(self.backends):

@@ -33,6 +33,7 @@ from pathlib import Path
 
 import httpx
 
+from ops import http_probe
 from ops.stack.readiness import StartupError
 
 HOST = "127.0.0.1"
@@ -170,7 +171,7 @@ def wait_ready(peer: RunningPeer, log_path: Path, timeout_s: float = READY_TIMEO
             raise StartupError(f"{peer.name} exited with {peer.process.returncode}:\n{log}")
         # Refused while it starts: not up yet, ask again.
         with contextlib.suppress(httpx.HTTPError):
-            if httpx.get(f"{peer.url}/health", timeout=2, trust_env=False).status_code == 200:
+            if http_probe.get(f"{peer.url}/health", timeout=2).status_code == 200:
                 return
         time.sleep(0.2)
     raise StartupError(f"{peer.name} did not answer on {peer.url} within {timeout_s:.0f}s")

@@ -44,10 +44,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-import httpx
 import redis
 from django.conf import settings
 
+from ops import http_probe
 from ops.bench.driver import LoadGenerator, UsageMonitor
 from ops.bench.fixture import BALANCER, MODEL, BenchFixture, _free_port
 from ops.bench.loadgen import Phase
@@ -142,7 +142,7 @@ def start_stack(
 def _wait_sharing(url: str, processes: int, timeout_s: float = 60.0) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        shared = httpx.get(f"{url}/health", timeout=2).json().get("shared_state") or {}
+        shared = http_probe.get(f"{url}/health", timeout=2).json().get("shared_state") or {}
         if shared.get("peers") == processes - 1 and shared.get("degraded") is False:
             return
         time.sleep(0.2)

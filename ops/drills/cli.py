@@ -21,6 +21,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from fleet.models import ApiKey
+from ops import http_probe
 from ops.drills.report import format_run
 from ops.drills.runner import DrillOptions, DrillPlan, run_drill
 from ops.drills.targets import DrillError
@@ -67,7 +68,7 @@ def wait_until_accepted(base_url: str, key: str, timeout_s: float, issued_at: fl
     while time.monotonic() < deadline:
         try:
             url = base_url.rstrip("/") + "/v1/models"
-            if httpx.get(url, headers=headers, timeout=2, trust_env=False).status_code == 200:
+            if http_probe.get(url, headers=headers, timeout=2).status_code == 200:
                 break
         except httpx.HTTPError:
             pass  # not answering yet: keep waiting until the deadline
@@ -98,11 +99,10 @@ def _every_process_loaded_since(base_url: str, since: float, deadline: float) ->
 
 def _internal_state(base_url: str) -> dict[str, Any] | None:
     try:
-        response = httpx.get(
+        response = http_probe.get(
             base_url.rstrip("/") + "/internal/state",
             headers=install_headers(),
             timeout=2,
-            trust_env=False,
         )
         response.raise_for_status()
         state = response.json()

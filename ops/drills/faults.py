@@ -16,6 +16,7 @@ from urllib.parse import urlsplit
 import httpx
 import psutil
 
+from ops import http_probe
 from ops.drills.targets import DrillError
 
 LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain"})
@@ -25,9 +26,7 @@ def set_fault(replica_url: str, mode: str, *, factor: float = 4.0, timeout: floa
     """``POST /fault`` on an emulated replica (``sim.replica``)."""
     body = {"mode": mode, "factor": factor}
     try:
-        response = httpx.post(
-            replica_url.rstrip("/") + "/fault", json=body, timeout=timeout, trust_env=False
-        )
+        response = http_probe.post(replica_url.rstrip("/") + "/fault", json=body, timeout=timeout)
     except httpx.HTTPError as exc:
         raise DrillError(f"{replica_url}: fault {mode!r} not set ({exc})") from exc
     if response.status_code != 200:

@@ -23,6 +23,7 @@ import httpx
 from django.conf import settings
 
 from fleet.models import Balancer, DrillRun, Region
+from ops import http_probe
 from ops.drills.reactions import Reaction, ReactionCheck
 from ops.drills.runner import DrillPlan
 from ops.drills.targets import DrillError
@@ -55,7 +56,7 @@ def set_partition(balancer_url: str, peers: Iterable[str], until: float) -> None
     body = {"partition": sorted(peers), "until": until}
     url = balancer_url.rstrip("/") + FAULTS_PATH
     try:
-        response = httpx.post(url, json=body, headers=headers, timeout=5, trust_env=False)
+        response = http_probe.post(url, json=body, headers=headers, timeout=5)
     except httpx.HTTPError as exc:
         raise DrillError(f"{balancer_url}: partition not set ({exc})") from exc
     if response.status_code != 200:
@@ -74,7 +75,7 @@ def region_balancers(name: str) -> list[Balancer]:
 def peer_alive(url: str, timeout: float = 1.0) -> dict[str, bool] | None:
     """peer name -> alive, as the balancer at ``url`` routes; None if it does not answer."""
     try:
-        response = httpx.get(
+        response = http_probe.get(
             url.rstrip("/") + "/internal/state", timeout=timeout, headers=install_headers()
         )
         response.raise_for_status()

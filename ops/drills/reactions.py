@@ -24,6 +24,7 @@ from typing import Any
 
 import httpx
 
+from ops import http_probe
 from ops.drills.judging import traffic_share
 from routing.internal_auth import install_headers
 
@@ -40,10 +41,9 @@ ReactionCheck = Callable[[], Reaction]
 def replica_rows(url: str, *, timeout: float = 1.0) -> list[dict[str, Any]] | None:
     """The balancer's replica rows, or None when it does not answer."""
     try:
-        response = httpx.get(
+        response = http_probe.get(
             url.rstrip("/") + "/internal/state",
             timeout=timeout,
-            trust_env=False,
             headers=install_headers(),
         )
         response.raise_for_status()

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import httpx
-
+from ops import http_probe
 from routing.core.prom_text import parse
 
 
 def metric(url: str, name: str, **labels: str) -> float:
     """The sum of ``name``'s samples at ``url``/metrics whose labels include ``labels``;
     a series that is not there fails the test (a misspelt name must not read as 0)."""
-    text = httpx.get(f"{url}/metrics", timeout=5).text
+    text = http_probe.get(f"{url}/metrics", timeout=5).text
     wanted = set(labels.items())
     found = [s.value for s in parse(text) if s.name == name and wanted <= set(s.labels)]
     if not found:

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import httpx
 
+from ops import http_probe
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -58,7 +60,7 @@ def wait_http(
         if process is not None and process.poll() is not None:
             raise RuntimeError(f"process exited with {process.returncode} before {url} answered")
         try:
-            httpx.get(url, timeout=1.0)
+            http_probe.get(url, timeout=1.0)
             return
         except httpx.HTTPError as exc:
             last = exc
