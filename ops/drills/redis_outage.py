@@ -30,6 +30,7 @@ after it.
 from __future__ import annotations
 
 import ipaddress
+import sys
 import time
 from collections.abc import Iterable
 from typing import Any
@@ -40,6 +41,7 @@ import redis
 from django.conf import settings
 
 from fleet.models import Balancer, DrillRun
+from ops import http_probe
 from ops.drills.reactions import Reaction, ReactionCheck
 from ops.drills.runner import DrillPlan
 from ops.drills.targets import DrillError
@@ -136,17 +138,19 @@ def redis_views(url: str, processes: int, samples: int = 0) -> dict[str, dict[st
 
 
 def process_counts(balancers: Iterable[Balancer]) -> dict[str, int]:
-    """Processes behind each balancer's address, as its processes report them now."""
+    """Processes behind each balancer's address, as its processes report them now: the
+    most any of them counts (itself and its live siblings), or how many answered if
+    more.  One process's count alone can read low: a process that has not exchanged
+    since its sibling started does not know of it yet."""
     counts = {}
     for b in balancers:
-        # One process's count of its live siblings is enough; a few asks find a live one.
-        views = redis_views(b.url, 1, samples=3)
+        views = redis_views(b.url, sys.maxsize, samples=SAMPLES_PER_PROCESS)
         siblings = [
             int(v["shared_state"].get("peers", 0))
             for v in views.values()
             if isinstance(v.get("shared_state"), dict)
         ]
-        counts[b.name] = 1 + max(siblings, default=0)
+        counts[b.name] = max(len(views), 1 + max(siblings, default=0))
     return counts
 
 
@@ -164,10 +168,9 @@ def _sharing(view: dict[str, Any], processes: int) -> bool:
 
 def redis_view(url: str) -> dict[str, Any] | None:
     try:
-        response = httpx.get(
+        response = http_probe.get(
             url.rstrip("/") + "/internal/state",
             timeout=1.0,
-            trust_env=False,
             headers=install_headers(),
         )
         response.raise_for_status()
@@ -187,8 +190,10 @@ def redis_seen_down(balancers: Iterable[Balancer], counts: dict[str, int]) -> Re
             if len(views) < want:
                 return Reaction(False, f"{b.name}: heard {len(views)} of {want} processes")
             for process, view in views.items():
-                if view.get("connected") is not False or not _degraded(view):
+                if view.get("connected") is not False:
                     return Reaction(False, f"{b.name} ({process}) still reports Redis reachable")
+                if not _degraded(view):
+                    return Reaction(False, f"{b.name} ({process}) still shares state with siblings")
         total = sum(counts.get(b.name, 1) for b in chosen)
         return Reaction(
             True, f"{len(chosen)} balancers ({total} processes) report Redis down, routing on"

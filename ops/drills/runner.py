@@ -125,8 +125,9 @@ class _Drill:
         if check is None:
             return
         started = time.monotonic()
+        last = None
         while not self.stop.is_set() and time.monotonic() - started <= self.plan.converge_bound_s:
-            result = check()
+            result = last = check()
             if result.reacted:
                 self.converged = True
                 took = time.monotonic() - started
@@ -134,7 +135,9 @@ class _Drill:
                 return
             self.stop.wait(self.options.poll_s)
         self.converged = False
-        timeline.add(f"state did not converge within {self.plan.converge_bound_s:.1f}s")
+        # What the check saw last: what had not converged.
+        seen = f": last check saw {last.detail}" if last is not None else ""
+        timeline.add(f"state did not converge within {self.plan.converge_bound_s:.1f}s{seen}")
 
     def linger(self, timeline: Timeline, injected_at: float) -> None:
         after = (self.reacted_at or time.monotonic()) + (self.options.after_s if self.stream else 0)

@@ -18,7 +18,8 @@ from typing import Any
 import pytest
 from django.core.management import CommandError, call_command
 
-from fleet.models import DrillRun
+from fleet.models import Balancer, DrillRun
+from ops.drills import redis_outage
 from ops.drills.redis_outage import pause_command
 from ops.embedded_redis import EmbeddedRedis, ensure_redis
 from tests.support.balancers import state
@@ -45,6 +46,19 @@ def test_the_drills_refuse_what_they_cannot_do(settings: Any) -> None:
         with pytest.raises(CommandError, match=message):
             call_command(*args, stdout=io.StringIO())
     assert not DrillRun.objects.exists()
+
+
+def test_a_process_that_has_not_met_its_sibling_does_not_shrink_the_count(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Fresh connections land on the laggard (no sibling yet) and on the one that knows.
+    answers = iter(
+        [{"shared_state": {"process": "p1", "peers": 0}}] * 5
+        + [{"shared_state": {"process": "p2", "peers": 1}}] * 7
+    )
+    monkeypatch.setattr(redis_outage, "redis_view", lambda url: next(answers))
+    counts = redis_outage.process_counts([Balancer(name="lb", url="http://127.0.0.1:1")])
+    assert counts == {"lb": 2}
 
 
 def test_pause_uses_the_all_mode_where_redis_has_it() -> None:

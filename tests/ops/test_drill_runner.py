@@ -79,7 +79,9 @@ def test_convergence_is_checked_after_the_fault_is_cleared() -> None:
     stuck.converge, stuck.converge_bound_s = (lambda: Reaction(False, "apart")), 0.05
     run = run_drill(stuck, DrillOptions(poll_s=0.01, after_s=0))
     assert run.outcome == DrillRun.Outcome.NOT_CONVERGED
-    assert "state did not converge within 0.1s" in [e["event"] for e in run.timeline]
+    assert "state did not converge within 0.1s: last check saw apart" in [
+        e["event"] for e in run.timeline
+    ]
 
 
 @pytest.mark.django_db

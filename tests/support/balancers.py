@@ -16,10 +16,10 @@ import subprocess
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-import httpx
 import openai
 from django.conf import settings
 
+from ops import http_probe
 from routing.calls import HOP_HEADER
 from routing.core.engine_metrics import parse_samples
 from routing.internal_auth import PEER_TOKEN_HEADER, install_headers
@@ -139,8 +139,17 @@ def start_shared_port_balancer(
     wait_http(f"{url}/health", timeout=30)
 
     def all_sharing() -> bool:
-        shared = httpx.get(f"{url}/health").json().get("shared_state") or {}
-        return shared.get("peers") == processes - 1 and shared.get("degraded") is False
+        # Every process, not the first to answer: one that has not exchanged since its
+        # sibling started still counts no sibling (fresh connections reach each one).
+        seen: dict[str, dict[str, Any]] = {}
+        for _ in range(12 * processes):
+            shared = http_probe.get(f"{url}/health").json().get("shared_state") or {}
+            seen[str(shared.get("process"))] = shared
+            if len(seen) == processes:
+                break
+        return len(seen) == processes and all(
+            s.get("peers") == processes - 1 and s.get("degraded") is False for s in seen.values()
+        )
 
     eventually(all_sharing, what=f"{processes} processes of {name} sharing state")
     return url
@@ -154,7 +163,7 @@ def start_balancer(
     process = group.python(name, *argv, env=balancer_env(env, name, **overrides))
     url = f"http://127.0.0.1:{port}"
     wait_http(f"{url}/health", process=process, timeout=30)
-    eventually(lambda: httpx.get(f"{url}/health").status_code == 200, what=f"{name} healthy")
+    eventually(lambda: http_probe.get(f"{url}/health").status_code == 200, what=f"{name} healthy")
     return url
 
 
@@ -168,13 +177,13 @@ def kill_process_group(process: Any) -> None:
 
 
 def samples(url: str) -> dict[str, list[float]]:
-    return parse_samples(httpx.get(f"{url}/metrics").text)
+    return parse_samples(http_probe.get(f"{url}/metrics").text)
 
 
 def metric_value(url: str, line_prefix: str) -> float:
     """Sum of the samples whose line starts with ``line_prefix`` (name plus labels)."""
     total = 0.0
-    for line in httpx.get(f"{url}/metrics").text.splitlines():
+    for line in http_probe.get(f"{url}/metrics").text.splitlines():
         if line.startswith(line_prefix):
             total += float(line.rsplit(" ", 1)[1])
     return total
@@ -186,7 +195,7 @@ def peer_forward_headers(peer: str) -> dict[str, str]:
 
 
 def state(url: str) -> dict[str, Any]:
-    response = httpx.get(f"{url}/internal/state", headers=install_headers())
+    response = http_probe.get(f"{url}/internal/state", headers=install_headers())
     response.raise_for_status()
     data: dict[str, Any] = response.json()
     return data
@@ -198,7 +207,8 @@ def replica_waiting(port: int) -> float:
 
 
 def set_fault(port: int, mode: str, **extra: float) -> None:
-    httpx.post(f"http://127.0.0.1:{port}/fault", json={"mode": mode, **extra}).raise_for_status()
+    url = f"http://127.0.0.1:{port}/fault"
+    http_probe.post(url, json={"mode": mode, **extra}).raise_for_status()
 
 
 def client(url: str, key: str) -> openai.OpenAI:

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import io
+
+from django.core.management import call_command
+from django.core.management.base import CommandError
+
 from fleet.models import DrillRun
-from tests.support.commands import run_command
 
 
 def run_drill(
@@ -11,10 +15,15 @@ def run_drill(
 ) -> tuple[str, DrillRun]:
     """Run ``command`` with ``traffic`` requests per second (the official client,
     retries on) from half a second before the fault to ``after_s`` after the
-    reaction; return what it printed and the run it recorded."""
+    reaction; return what it printed and the run it recorded.  A drill that did not
+    pass fails the test with its whole printed timeline, not just its outcome."""
     window = ("--traffic", str(traffic), "--warmup", "0.5", "--after", str(after_s))
-    text = run_command(command, *args, *window, verbosity=verbosity)
-    return text, DrillRun.objects.latest("started_at")
+    out = io.StringIO()
+    try:
+        call_command(command, *args, *window, verbosity=verbosity, stdout=out, stderr=io.StringIO())
+    except CommandError as exc:
+        raise AssertionError(f"{exc}\n{out.getvalue()}") from exc
+    return out.getvalue(), DrillRun.objects.latest("started_at")
 
 
 def assert_drill_passed(text: str, run: DrillRun) -> None:
