@@ -45,20 +45,53 @@ AVAILABILITY_PATH = "/internal/availability"
 ReportFetch = Callable[[PeerSpec], Awaitable[Heartbeat]]
 
 
+# The most of a peer's report this balancer reads.  A report is a few hundred bytes
+# per model plus its prefix digest: 4,096 hashes (about 44 KB in base64) in steady
+# state, at most ``MAX_WIRE_HASHES`` (about 700 KB) where a peer is configured for
+# more.  8 MiB holds a dozen models at that most, and bounds what a peer that is
+# broken (or not a balancer) can make every poll buffer.
+MAX_REPORT_BYTES = 8 << 20
+
+
 class HttpReportFetch:
     """GETs a peer's ``/internal/availability`` on the shared client."""
 
-    def __init__(self, client: httpx.AsyncClient, *, token: str, timeout_s: float) -> None:
+    def __init__(
+        self,
+        client: httpx.AsyncClient,
+        *,
+        token: str,
+        timeout_s: float,
+        max_bytes: int = MAX_REPORT_BYTES,
+    ) -> None:
         self.client = client
         self.timeout_s = timeout_s
+        self.max_bytes = max_bytes
         self._headers = {"Authorization": f"Bearer {token}", "Accept-Encoding": "identity"}
 
     async def __call__(self, peer: PeerSpec) -> Heartbeat:
-        response = await self.client.get(
-            join_url(peer.url, AVAILABILITY_PATH), headers=self._headers, timeout=self.timeout_s
-        )
-        response.raise_for_status()
-        return Heartbeat.from_json(response.content)
+        url = join_url(peer.url, AVAILABILITY_PATH)
+        async with self.client.stream(
+            "GET", url, headers=self._headers, timeout=self.timeout_s
+        ) as response:
+            response.raise_for_status()
+            body = await read_at_most(response, self.max_bytes)
+        return Heartbeat.from_json(body)
+
+
+async def read_at_most(response: httpx.Response, limit: int) -> bytes:
+    """The whole body, or ``ValueError`` once it passes ``limit`` bytes (said by its
+    ``Content-Length`` or counted as it arrives): the rest is never read."""
+    declared = response.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise ValueError(f"report of {declared} bytes is over the {limit}-byte limit")
+    chunks, size = [], 0
+    async for chunk in response.aiter_bytes():
+        size += len(chunk)
+        if size > limit:
+            raise ValueError(f"report is over the {limit}-byte limit")
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 class AvailabilityPoller:
