@@ -20,6 +20,7 @@ from typing import Any
 import httpx
 import pytest
 
+from ops import http_probe
 from ops.embedded_redis import EmbeddedRedis
 from tests.engines import tiny_model
 from tests.engines.fleet import EngineFleet, VllmReplica
@@ -161,7 +162,7 @@ def wait_healthy(group: ProcessGroup, replica: VllmReplica) -> None:
             )
         # Refused or cut off while it starts: not up yet, ask again.
         with contextlib.suppress(httpx.HTTPError):
-            if httpx.get(f"{replica.url}/health", timeout=2).status_code == 200:
+            if http_probe.get(f"{replica.url}/health", timeout=2).status_code == 200:
                 return
         time.sleep(1)
     raise AssertionError(

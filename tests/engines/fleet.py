@@ -13,12 +13,12 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-import httpx
 import msgpack
 import openai
 import zmq
 from tokenizers import Tokenizer
 
+from ops import http_probe
 from tests.support.balancers import state
 from tests.support.polling import eventually
 
@@ -213,4 +213,4 @@ def settle(tap: EventTap, fleet: EngineFleet, replica: str, timeout_s: float = 6
 
 
 def engine_metrics(replica: VllmReplica) -> str:
-    return httpx.get(f"{replica.url}/metrics", timeout=10).text
+    return http_probe.get(f"{replica.url}/metrics", timeout=10).text

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from typing import Any
 
-import httpx
 import pytest
 from django.conf import settings
 
+from ops import http_probe
 from tests.engines.conftest import WRONG_SEED_MODEL, WRONG_SEED_SUFFIX
 from tests.engines.fleet import (
     EngineFleet,
@@ -30,7 +30,7 @@ def lose_next_event(fleet: EngineFleet) -> None:
     """The balancer will lose the next KV-event message before its sequence check, as
     when the PUB socket drops it past its high-water mark."""
     headers = {"Authorization": f"Bearer {settings.MERIDIAN_INTERNAL_TOKEN}"}
-    answer = httpx.post(
+    answer = http_probe.post(
         f"{fleet.url}/internal/faults", json={"lose_kv_events": 1}, headers=headers, timeout=10
     )
     assert answer.json()["lose_kv_events"] == 1

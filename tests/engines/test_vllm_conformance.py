@@ -11,10 +11,10 @@ from __future__ import annotations
 import itertools
 import json
 
-import httpx
 import jinja2
 import pytest
 
+from ops import http_probe
 from routing.core.engine_metrics import parse_engine_load
 from routing.core.kv_events import REMOVED, STORED, decode_message
 from routing.core.model_tokenizer import ModelTokenizer
@@ -124,7 +124,7 @@ def test_meridians_model_encoder_gives_the_engines_prompt_tokens(fleet: EngineFl
         {"role": "assistant", "content": "route the block"},
         {"role": "user", "content": "and the region?"},
     ]
-    chat = httpx.post(
+    chat = http_probe.post(
         f"{replica}/v1/chat/completions",
         json={
             "model": fleet.model,
@@ -136,7 +136,7 @@ def test_meridians_model_encoder_gives_the_engines_prompt_tokens(fleet: EngineFl
     ).json()
     assert list(prompt_tokens(ChatPrompt(messages), encoder)) == chat["prompt_token_ids"]
     text = unique_prompt(40)
-    completion = httpx.post(
+    completion = http_probe.post(
         f"{replica}/v1/completions",
         json={"model": fleet.model, "prompt": text, "max_tokens": 1, "return_token_ids": True},
         timeout=60,
@@ -304,7 +304,7 @@ def test_an_adapter_request_follows_the_replica_holding_its_prefix(fleet: Engine
 def test_the_engine_rejects_what_its_cache_cannot_hold(fleet: EngineFleet) -> None:
     """A prompt beyond --max-model-len comes back as the engine's 400, through the
     balancer, not as a routing failure."""
-    response = httpx.post(
+    response = http_probe.post(
         f"{fleet.url}/v1/completions",
         json={"model": fleet.model, "prompt": unique_prompt(2000), "max_tokens": 1},
         headers={"Authorization": f"Bearer {fleet.key}"},

@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-import httpx
 import pytest
 
+from ops import http_probe
 from ops.embedded_redis import EmbeddedRedis, ensure_redis
 from tests.support.cluster import Cluster, running_cluster
 from tests.support.drills import assert_drill_passed, run_drill
@@ -65,5 +65,5 @@ def test_redis_outage_drill_with_two_processes_per_region(
     assert "state converged" in text and "(4 processes) report Redis down" in text
     assert run.failed_before == 0, text
     for lb in cluster.balancers.values():
-        shared = httpx.get(f"{lb.url}/health").json()["shared_state"]
+        shared = http_probe.get(f"{lb.url}/health").json()["shared_state"]
         assert shared["degraded"] is False and shared["peers"] == 1

@@ -11,6 +11,7 @@ import httpx
 import pytest
 from openai import OpenAI
 
+from ops import http_probe
 from ops.stack.readiness import port_is_free
 from tests.support.polling import eventually, log_shows
 from tests.support.processes import ProcessGroup, free_port, free_port_run
@@ -75,7 +76,7 @@ def test_run_command_brings_up_the_demo_streams_and_stops_everything(
     assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == 12
 
     console = f"http://127.0.0.1:{console_port}"
-    assert httpx.get(f"{console}/static/console/console.css").status_code == 200
+    assert http_probe.get(f"{console}/static/console/console.css").status_code == 200
     with httpx.Client(base_url=console, follow_redirects=True) as browser:
         login = browser.get("/admin/login/?next=/")
         token = browser.cookies["csrftoken"]

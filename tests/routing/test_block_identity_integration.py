@@ -17,6 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
+from ops import http_probe
 from tests.support.balancers import TopologyFactory, start_balancer, start_replicas, state
 from tests.support.polling import eventually
 from tests.support.processes import ProcessGroup, free_port, free_port_run
@@ -33,7 +34,7 @@ class Lab:
     replicas: dict[str, dict[str, str]]  # model -> replica name -> url
 
     def complete(self, model: str, prompt: str) -> httpx.Response:
-        response = httpx.post(
+        response = http_probe.post(
             f"{self.url}/v1/completions",
             json={"model": model, "prompt": prompt, "max_tokens": 1},
             headers={"Authorization": f"Bearer {self.key}"},
@@ -44,11 +45,11 @@ class Lab:
 
     def direct(self, model: str, replica: str, prompt: str) -> None:
         body = {"model": model, "prompt": prompt, "max_tokens": 1}
-        httpx.post(f"{self.replicas[model][replica]}/v1/completions", json=body, timeout=30)
+        http_probe.post(f"{self.replicas[model][replica]}/v1/completions", json=body, timeout=30)
 
     def wait_applied(self, model: str, replica: str) -> None:
         url = self.replicas[model][replica]
-        sequence = int(httpx.get(f"{url}/kv_cache/blocks", timeout=5).json()["sequence"])
+        sequence = int(http_probe.get(f"{url}/kv_cache/blocks", timeout=5).json()["sequence"])
 
         def applied() -> bool:
             row = state(self.url)["kv_events"]["replicas"].get(replica) or {}

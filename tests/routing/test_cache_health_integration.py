@@ -18,9 +18,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
 import pytest
 
+from ops import http_probe
 from tests.support.balancers import TopologyFactory, start_balancer, start_replicas, state
 from tests.support.metrics import metric
 from tests.support.polling import eventually
@@ -44,7 +44,7 @@ class Fleet:
     replicas: dict[str, str]  # name -> url
 
     def complete(self, balancer: str, replica: str, prompt: str) -> dict[str, Any]:
-        response = httpx.post(
+        response = http_probe.post(
             f"{balancer}/v1/completions",
             json={"model": replica, "prompt": prompt, "max_tokens": 1},
             headers={"Authorization": f"Bearer {self.key}"},
@@ -60,7 +60,7 @@ class Fleet:
 
     def applied(self, balancer: str, replica: str) -> bool:
         """Every event the replica published so far is in the balancer's map."""
-        snapshot = httpx.get(f"{self.replicas[replica]}/kv_cache/blocks", timeout=5).json()
+        snapshot = http_probe.get(f"{self.replicas[replica]}/kv_cache/blocks", timeout=5).json()
         stream = state(balancer)["kv_events"]["replicas"].get(replica) or {}
         sequence = int(snapshot["sequence"])
         return (stream.get("next_sequence") or 0) >= sequence and stream.get("pending") == 0

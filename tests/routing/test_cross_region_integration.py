@@ -25,6 +25,7 @@ import httpx
 import pytest
 from django.conf import settings
 
+from ops import http_probe
 from tests.support.balancers import (
     MODEL,
     TopologyFactory,
@@ -54,7 +55,7 @@ class World:
     hogs: list[threading.Thread] = field(default_factory=list)
 
     def ask(self, region: str, **headers: str) -> httpx.Response:
-        response = httpx.post(
+        response = http_probe.post(
             f"{self.urls[region]}/v1/chat/completions",
             json={"model": MODEL, "messages": MESSAGES, "max_tokens": 4},
             headers={"Authorization": f"Bearer {self.key}", **headers},
@@ -82,7 +83,7 @@ class World:
 
 def _hog(port: int) -> None:
     """A long generation sent straight to a replica, past any balancer."""
-    httpx.post(
+    http_probe.post(
         f"http://127.0.0.1:{port}/v1/chat/completions",
         json={"model": MODEL, "messages": MESSAGES, "max_tokens": 600},
         timeout=120,
@@ -208,9 +209,11 @@ def test_a_forwarded_request_queues_at_the_full_peer_instead_of_hopping_again(
 
 def test_availability_needs_the_internal_token(world: World) -> None:
     url = f"{world.urls['us']}/internal/availability"
-    assert httpx.get(url).status_code == 401
-    assert httpx.get(url, headers={"Authorization": "Bearer wrong"}).status_code == 401
-    report = httpx.get(url, headers={"Authorization": f"Bearer {settings.MERIDIAN_INTERNAL_TOKEN}"})
+    assert http_probe.get(url).status_code == 401
+    assert http_probe.get(url, headers={"Authorization": "Bearer wrong"}).status_code == 401
+    report = http_probe.get(
+        url, headers={"Authorization": f"Bearer {settings.MERIDIAN_INTERNAL_TOKEN}"}
+    )
     assert report.status_code == 200
     body = report.json()
     assert body["balancer"] == "cr-us-lb" and body["region"] == "cr-us"

@@ -14,11 +14,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
 import pytest
 import redis
 from django.conf import settings
 
+from ops import http_probe
 from tests.support.balancers import (
     MODEL,
     TopologyFactory,
@@ -118,7 +118,7 @@ def test_request_is_forwarded_to_the_peer_when_the_region_has_no_healthy_replica
 def test_forwarded_request_is_never_forwarded_again(eu_must_forward: Regions) -> None:
     r = eu_must_forward
     before_in = metric_value(r.us, 'meridian_requests_total{model="meridian-test"')
-    response = httpx.post(
+    response = http_probe.post(
         f"{r.eu}/v1/chat/completions",
         json={"model": MODEL, "messages": MESSAGES},
         headers={"Authorization": f"Bearer {r.key}", **peer_forward_headers("fw-us-lb")},

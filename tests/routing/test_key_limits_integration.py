@@ -23,6 +23,7 @@ import redis
 from django.conf import settings
 
 from fleet.models import ApiKey, hash_api_key
+from ops import http_probe
 from routing.core.key_limits import KeyLimits, usage_key
 from tests.support.balancers import (
     MODEL,
@@ -98,7 +99,7 @@ def stack(
 
 def _post(url: str, key: str, **body: Any) -> httpx.Response:
     payload = {"model": MODEL, "messages": MESSAGES, "max_tokens": 8, **body}
-    return httpx.post(
+    return http_probe.post(
         f"{url}/v1/chat/completions",
         json=payload,
         headers={"Authorization": f"Bearer {key}"},
@@ -179,11 +180,11 @@ def test_a_model_the_key_may_not_use_is_not_found(stack: Stack) -> None:
         )
     assert caught.value.code == "model_not_found"
     # The catalogue shows the key only its models: none of those served here.
-    listing = httpx.get(f"{stack.us[1]}/v1/models", headers=_bearer(stack.keys["models"]))
+    listing = http_probe.get(f"{stack.us[1]}/v1/models", headers=_bearer(stack.keys["models"]))
     assert listing.json()["data"] == []
-    card = httpx.get(f"{stack.us[1]}/v1/models/{MODEL}", headers=_bearer(stack.keys["models"]))
+    card = http_probe.get(f"{stack.us[1]}/v1/models/{MODEL}", headers=_bearer(stack.keys["models"]))
     assert card.status_code == 404 and card.json()["error"]["code"] == "model_not_found"
-    everything = httpx.get(f"{stack.us[1]}/v1/models", headers=_bearer(stack.keys["rpm"]))
+    everything = http_probe.get(f"{stack.us[1]}/v1/models", headers=_bearer(stack.keys["rpm"]))
     assert [m["id"] for m in everything.json()["data"]] == [MODEL]
 
 

@@ -14,9 +14,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
 import pytest
 
+from ops import http_probe
 from tests.support.balancers import TopologyFactory, start_balancer, start_replicas, state
 from tests.support.polling import eventually
 from tests.support.processes import ProcessGroup, free_port, free_port_run
@@ -36,7 +36,7 @@ class Lab:
 
     def complete(self, prompt: str) -> str:
         """Send ``prompt`` through the balancer; the replica that served it."""
-        response = httpx.post(
+        response = http_probe.post(
             f"{self.url}/v1/completions",
             json={"model": MODEL, "prompt": prompt, "max_tokens": 1},
             headers={"Authorization": f"Bearer {self.key}"},
@@ -48,11 +48,11 @@ class Lab:
     def direct(self, replica: str, prompt: str) -> None:
         """Send ``prompt`` to a replica itself, behind the balancer's back."""
         body = {"model": MODEL, "prompt": prompt, "max_tokens": 1}
-        httpx.post(f"{self.replicas[replica]}/v1/completions", json=body, timeout=30)
+        http_probe.post(f"{self.replicas[replica]}/v1/completions", json=body, timeout=30)
 
     def replica_sequence(self, replica: str) -> int:
         """The replica's next KV-event sequence (everything before it is published)."""
-        snapshot = httpx.get(f"{self.replicas[replica]}/kv_cache/blocks", timeout=5).json()
+        snapshot = http_probe.get(f"{self.replicas[replica]}/kv_cache/blocks", timeout=5).json()
         return int(snapshot["sequence"])
 
     def applied_through(self, replica: str, sequence: int) -> bool:
@@ -112,11 +112,11 @@ def settle_subscriptions(lab: Lab) -> None:
 
 
 def test_replica_endpoints_for_discovery_and_snapshots(lab: Lab) -> None:
-    discovery = httpx.get(f"{lab.replicas['kv-a']}/kv_event_sources").json()
+    discovery = http_probe.get(f"{lab.replicas['kv-a']}/kv_event_sources").json()
     # vLLM 0.32's shape: the publisher's config per data-parallel rank, bound on '*'.
     assert discovery["0"]["endpoint"].startswith("tcp://*:") and discovery["0"]["topic"] == ""
     lab.direct("kv-a", prompt("snapshot"))
-    snapshot = httpx.get(f"{lab.replicas['kv-a']}/kv_cache/blocks").json()
+    snapshot = http_probe.get(f"{lab.replicas['kv-a']}/kv_cache/blocks").json()
     assert snapshot["replica"] == "kv-a" and len(snapshot["blocks"]) >= 5
     assert isinstance(snapshot["sequence"], int)
 
@@ -130,7 +130,7 @@ def test_routing_leaves_a_replica_once_its_eviction_event_is_applied(lab: Lab) -
     assert [lab.complete(shared) for _ in range(3)] == [holder] * 3  # sticky to the holder
     lab.direct(other, shared)  # now both hold it ...
     lab.wait_applied(other)
-    reset = httpx.post(f"{lab.replicas[holder]}/reset_prefix_cache", timeout=5)
+    reset = http_probe.post(f"{lab.replicas[holder]}/reset_prefix_cache", timeout=5)
     assert reset.status_code == 200  # ... and the first one evicts it (AllBlocksCleared)
     lab.wait_applied(holder)  # the next batch flush after the event arrived
     assert [lab.complete(shared) for _ in range(3)] == [other] * 3
@@ -140,7 +140,9 @@ def test_a_lost_event_is_healed_by_the_next_anti_entropy_sync(lab: Lab) -> None:
     settle_subscriptions(lab)
     token = _token()
     headers = {"Authorization": f"Bearer {token}"}
-    dropped = httpx.post(f"{lab.url}/internal/faults", json={"drop_kv_events": 1}, headers=headers)
+    dropped = http_probe.post(
+        f"{lab.url}/internal/faults", json={"drop_kv_events": 1}, headers=headers
+    )
     assert dropped.json()["drop_kv_events"] == 1
     lost = prompt("lost-event")
     lab.direct("kv-b", lost)  # its BlockStored is the message the balancer throws away
@@ -157,8 +159,8 @@ def test_a_lost_event_is_healed_by_the_next_anti_entropy_sync(lab: Lab) -> None:
 
 def test_cache_sync_and_faults_need_the_internal_token(lab: Lab) -> None:
     for path in ("/internal/cache_sync", "/internal/faults"):
-        assert httpx.post(f"{lab.url}{path}", json={}).status_code == 401
-    bad = httpx.post(
+        assert http_probe.post(f"{lab.url}{path}", json={}).status_code == 401
+    bad = http_probe.post(
         f"{lab.url}/internal/faults",
         json={"partition": ["x"], "until": 1},
         headers={"Authorization": f"Bearer {_token()}"},

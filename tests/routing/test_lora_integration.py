@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import httpx
 import pytest
 
+from ops import http_probe
 from tests.support.balancers import TopologyFactory, start_balancer, start_replicas, state
 from tests.support.polling import eventually
 from tests.support.processes import ProcessGroup, free_port
@@ -37,7 +38,7 @@ class Lab:
 
     def served_by(self, model: str) -> str:
         """The replica the balancer sent a one-token request for ``model`` to."""
-        response = httpx.post(
+        response = http_probe.post(
             f"{self.url}/v1/completions",
             json={"model": model, "prompt": "select the rows", "max_tokens": 1},
             headers={"Authorization": f"Bearer {self.key}"},

@@ -24,9 +24,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
+from ops import http_probe
 from ops.bench.model_fixture import write_model_tokenizer
 from routing.core.block_identity import BlockIdentityMode, BlockScheme
 from routing.core.model_tokenizer import ModelTokenizer
@@ -57,7 +57,9 @@ class Lab:
         """``messages`` sent to ``url``: the reply, its usage, the replica that served it."""
         headers = {"Authorization": f"Bearer {self.key}"}
         body = {"model": MODEL, "messages": messages, "max_tokens": 24}
-        response = httpx.post(f"{url}/v1/chat/completions", json=body, headers=headers, timeout=30)
+        response = http_probe.post(
+            f"{url}/v1/chat/completions", json=body, headers=headers, timeout=30
+        )
         response.raise_for_status()
         answer = response.json()
         served = response.headers.get("X-Meridian-Replica") or ""
@@ -69,12 +71,12 @@ class Lab:
         """Tokens of the prompt's longest block prefix that ``replica`` holds, as a balancer
         with ``encoder`` hashes it."""
         hashes = ENGINE.keys(prompt_tokens(ChatPrompt(messages), encoder))
-        held = set(httpx.get(f"{self.replicas[replica]}/kv_cache/blocks").json()["blocks"])
+        held = set(http_probe.get(f"{self.replicas[replica]}/kv_cache/blocks").json()["blocks"])
         depth = next((i for i, h in enumerate(hashes) if h not in held), len(hashes))
         return depth * BLOCK_SIZE
 
     def wait_applied(self, url: str, replica: str) -> None:
-        sequence = httpx.get(f"{self.replicas[replica]}/kv_cache/blocks").json()["sequence"]
+        sequence = http_probe.get(f"{self.replicas[replica]}/kv_cache/blocks").json()["sequence"]
 
         def applied() -> bool:
             row = state(url)["kv_events"]["replicas"].get(replica) or {}

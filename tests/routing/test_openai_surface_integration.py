@@ -20,6 +20,7 @@ import jsonschema
 import openai
 import pytest
 
+from ops import http_probe
 from tests.support.balancers import (
     MODEL,
     TopologyFactory,
@@ -92,7 +93,7 @@ def surface(
 def received(surface: Surface, request_id: str) -> dict[str, Any]:
     """The request a replica received with this X-Request-ID, as it arrived."""
     for port in surface.ports.values():
-        log = httpx.get(f"http://127.0.0.1:{port}/debug/requests").json()["requests"]
+        log = http_probe.get(f"http://127.0.0.1:{port}/debug/requests").json()["requests"]
         for entry in log:
             if entry["request_id"] == request_id:
                 return dict(entry)
@@ -257,7 +258,7 @@ def test_fields_the_balancer_does_not_know_reach_the_replica_unchanged(surface: 
     body = {"model": MODEL, "messages": ASK, "max_tokens": 3, **extra}
     request_id = uuid.uuid4().hex
     sent = json.dumps(body, ensure_ascii=False).encode()
-    response = httpx.post(
+    response = http_probe.post(
         f"{surface.url}/v1/chat/completions",
         content=sent,
         headers={**surface.auth(), "X-Request-ID": request_id, "Content-Type": "application/json"},

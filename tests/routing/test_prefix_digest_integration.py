@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-import httpx
 import pytest
 from django.conf import settings
 
+from ops import http_probe
 from routing.core.peers import Heartbeat
 from tests.support.balancers import MODEL, TopologyFactory, start_balancer, start_replicas, state
 from tests.support.polling import eventually
@@ -50,7 +50,7 @@ def regions(
 
 
 def _availability(url: str) -> Heartbeat:
-    response = httpx.get(
+    response = http_probe.get(
         f"{url}/internal/availability",
         headers={"Authorization": f"Bearer {settings.MERIDIAN_INTERNAL_TOKEN}"},
     )
@@ -69,7 +69,7 @@ def test_a_region_says_what_its_replica_holds_and_its_peer_hears_it(
     urls, key = regions
     before = _availability(urls["us"]).prefixes.get(MODEL)
     assert before is not None and not before.hashes  # nothing served yet: it holds nothing
-    response = httpx.post(
+    response = http_probe.post(
         f"{urls['us']}/v1/chat/completions",
         json={
             "model": MODEL,

@@ -19,6 +19,7 @@ import httpx
 import openai
 import pytest
 
+from ops import http_probe
 from tests.support.balancers import (
     MODEL,
     TopologyFactory,
@@ -170,7 +171,7 @@ def test_models_lists_the_served_model_and_needs_a_key(idle: Region) -> None:
 def test_bad_requests_get_openai_error_bodies(
     idle: Region, body: bytes, status: int, param: str | None, code: str | None
 ) -> None:
-    response = httpx.post(
+    response = http_probe.post(
         f"{idle.url}/v1/chat/completions",
         content=body,
         headers={"Authorization": f"Bearer {idle.key}", "Content-Type": "application/json"},
@@ -197,7 +198,7 @@ def test_sdk_sees_unknown_model_and_bad_key_as_their_exceptions(idle: Region) ->
 
 def test_oversized_body_is_refused_with_413(idle: Region) -> None:
     prompt = "x" * 70_000
-    response = httpx.post(
+    response = http_probe.post(
         f"{idle.url}/v1/completions",
         json={"model": MODEL, "prompt": prompt},
         headers={"Authorization": f"Bearer {idle.key}"},
@@ -212,7 +213,7 @@ def test_chunked_upload_without_content_length_is_refused_past_the_limit(idle: R
             yield b"x" * 16384
 
     try:
-        response = httpx.post(
+        response = http_probe.post(
             f"{idle.url}/v1/completions",
             content=body(),
             headers={"Authorization": f"Bearer {idle.key}", "Content-Type": "application/json"},
@@ -259,7 +260,7 @@ def test_client_giving_up_before_the_first_byte_releases_its_slot(idle: Region) 
     for port in idle.replica_ports.values():
         set_fault(port, "hang")
     with pytest.raises(httpx.ReadTimeout):
-        httpx.post(
+        http_probe.post(
             f"{idle.url}/v1/chat/completions",
             json={"model": MODEL, "messages": [{"role": "user", "content": "hi"}]},
             headers={"Authorization": f"Bearer {idle.key}"},
@@ -274,7 +275,7 @@ def test_full_region_answers_429_with_retry_after(idle: Region) -> None:
     results: list[int] = []
 
     def held_request() -> None:
-        response = httpx.post(
+        response = http_probe.post(
             f"{idle.url}/v1/chat/completions",
             json={"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2},
             headers={"Authorization": f"Bearer {idle.key}"},
@@ -302,7 +303,7 @@ def test_full_region_answers_429_with_retry_after(idle: Region) -> None:
 def test_redis_down_does_not_break_local_serving(idle: Region) -> None:
     view = state(idle.url)
     assert view["redis"]["connected"] is False and view["redis"]["last_error"]
-    assert httpx.get(f"{idle.url}/health").status_code == 200
+    assert http_probe.get(f"{idle.url}/health").status_code == 200
     completion = idle.openai().completions.create(model=MODEL, prompt="still here", max_tokens=2)
     assert completion.choices[0].text
     assert metric_value(idle.url, "meridian_heartbeat_errors_total") >= 1
@@ -405,7 +406,7 @@ def _replica_aborts(region: Region) -> float:
     """Requests the replicas finished as aborted (vLLM's finished_reason="abort")."""
     total = 0.0
     for port in region.replica_ports.values():
-        text = httpx.get(f"http://127.0.0.1:{port}/metrics").text
+        text = http_probe.get(f"http://127.0.0.1:{port}/metrics").text
         for line in text.splitlines():
             if line.startswith("vllm:request_success_total") and 'finished_reason="abort"' in line:
                 total += float(line.rsplit(" ", 1)[1])

@@ -30,6 +30,7 @@ import pytest
 import redis
 from django.conf import settings
 
+from ops import http_probe
 from ops.stack.plan import shared_port_argv
 from routing.shared_state import shared_keys
 from tests.support.balancers import (
@@ -61,7 +62,7 @@ class Region:
     port: int  # the balancer's registered address
 
     def chat(self, url: str, content: str, *, max_tokens: int = 4) -> httpx.Response:
-        reply = httpx.post(
+        reply = http_probe.post(
             f"{url}/v1/chat/completions",
             json={
                 "model": MODEL,
@@ -114,7 +115,7 @@ def _slow(region: Region, factor: float) -> None:
 
 
 def _peers(url: str) -> int:
-    return int(httpx.get(f"{url}/health").json()["shared_state"]["peers"])
+    return int(http_probe.get(f"{url}/health").json()["shared_state"]["peers"])
 
 
 def test_two_processes_share_load_and_prefixes_and_a_restart_starts_warm(
@@ -159,7 +160,7 @@ def test_two_processes_share_load_and_prefixes_and_a_restart_starts_warm(
     placed_later = {t + 10: r.headers["X-Meridian-Replica"] for t, r in enumerate(later)}
     assert len(set(placed_later.values())) >= 2, placed_later
     b2 = start_balancer(processes, region.env, "so-lb", free_port())
-    assert httpx.get(f"{b2}/health").json()["shared_state"]["warm"] is True
+    assert http_probe.get(f"{b2}/health").json()["shared_state"]["warm"] is True
     for topic, replica in {**placed_later, **placed}.items():
         reply = region.chat(b2, _prompt(topic, " after the restart"))
         assert reply.headers["X-Meridian-Replica"] == replica, (topic, placed_later)
@@ -178,7 +179,7 @@ def test_processes_sharing_one_port_both_serve_and_see_each_other(
     def both_answering() -> bool:
         seen = set()
         for _ in range(24):  # a fresh connection each: the kernel spreads them by hash
-            body = httpx.get(f"{url}/health").json()
+            body = http_probe.get(f"{url}/health").json()
             if body.get("shared_state") and body["shared_state"]["peers"] >= 1:
                 seen.add(body["shared_state"]["process"])
         return len(seen) == 2

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import httpx
 import pytest
 
+from ops import http_probe
 from tests.support.balancers import (
     MODEL,
     TopologyFactory,
@@ -52,7 +53,7 @@ class Lab:
     ports: dict[str, list[int]]  # model → its replicas' ports
 
     def post(self, model: str, *, max_tokens: int = 40, timeout: float = 60) -> httpx.Response:
-        return httpx.post(
+        return http_probe.post(
             f"{self.url}/v1/chat/completions",
             json={
                 "model": model,
@@ -157,7 +158,7 @@ def tight_full(lab: Lab) -> Iterator[Lab]:
 
 
 def _hog(port: int) -> None:
-    httpx.post(
+    http_probe.post(
         f"http://127.0.0.1:{port}/v1/chat/completions",
         json={"model": TIGHT, "messages": [{"role": "user", "content": "hog"}], "max_tokens": 600},
         timeout=120,

@@ -12,11 +12,11 @@ import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-import httpx
 import pytest
 import redis
 from django.conf import settings
 
+from ops import http_probe
 from ops.stack.plan import BALANCER_SERVERS, balancer_argv
 from routing.core.peers import heartbeat_key
 from tests.support.balancers import MODEL, TopologyFactory, client, start_replicas
@@ -68,7 +68,7 @@ def test_balancer_heartbeats_before_any_request_and_stops_cleanly(
     assert reply.choices[0].text
     # A balancer's port serves the data plane only: no admin login, no console.
     for path in ("/admin/login/", "/console/charts"):
-        assert httpx.get(f"http://127.0.0.1:{port}{path}").status_code == 404
+        assert http_probe.get(f"http://127.0.0.1:{port}{path}").status_code == 404
     process.send_signal(signal.SIGTERM)
     # uvicorn shuts down gracefully, then re-raises the signal it caught (exit -15).
     try:

@@ -10,6 +10,7 @@ import openai
 import pytest
 import zmq
 
+from ops import http_probe
 from routing.core.block_identity import BlockIdentityMode, BlockScheme
 from routing.core.engine_metrics import parse_engine_load
 from routing.core.tokenizer import WordTokenizer, render_chat
@@ -35,7 +36,7 @@ def wait_until_idle(served: ServedReplicas, replica: str) -> None:
 
 
 def test_models_and_health(served: ServedReplicas) -> None:
-    assert httpx.get(f"{served.urls['a']}/health").status_code == 200
+    assert http_probe.get(f"{served.urls['a']}/health").status_code == 200
     models = client(served).models.list()
     assert [m.id for m in models.data] == [MODEL, "sql-expert"]
 
@@ -45,7 +46,7 @@ def test_a_lora_adapter_is_served_and_reported(served: ServedReplicas) -> None:
         model="sql-expert", prompt="select", max_tokens=2
     )
     assert completion.model == "sql-expert"
-    text = httpx.get(f"{served.urls['b']}/metrics").text
+    text = http_probe.get(f"{served.urls['b']}/metrics").text
     assert 'vllm:lora_requests_info{max_lora="4",running_lora_adapters=""' in text
     # The balancer reads the emulator's series as it reads vLLM's: the latest label set.
     info = parse_engine_load(text).lora
@@ -88,14 +89,14 @@ def test_repeated_prompt_reports_cached_tokens(served: ServedReplicas) -> None:
 
 def test_non_streaming_chat_and_token_id_prompts_over_httpx(served: ServedReplicas) -> None:
     url = served.urls["b"]
-    chat = httpx.post(
+    chat = http_probe.post(
         f"{url}/v1/chat/completions",
         json={"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 5},
     ).json()
     assert chat["object"] == "chat.completion"
     assert chat["choices"][0]["message"]["role"] == "assistant"
     assert chat["usage"]["completion_tokens"] <= 5
-    capped = httpx.post(
+    capped = http_probe.post(
         f"{url}/v1/chat/completions",
         json={
             "model": MODEL,
@@ -106,7 +107,7 @@ def test_non_streaming_chat_and_token_id_prompts_over_httpx(served: ServedReplic
     ).json()
     assert capped["usage"]["completion_tokens"] == 3
     ids = fresh_prompt(40)
-    completion = httpx.post(
+    completion = http_probe.post(
         f"{url}/v1/completions",
         json={"model": MODEL, "prompt": ids, "max_tokens": 4, "ignore_eos": True},
     ).json()
@@ -129,7 +130,7 @@ def test_non_streaming_chat_and_token_id_prompts_over_httpx(served: ServedReplic
 def test_invalid_requests_get_openai_style_errors(
     served: ServedReplicas, body: bytes, status: int, param: str | None
 ) -> None:
-    response = httpx.post(f"{served.urls['a']}/v1/completions", content=body)
+    response = http_probe.post(f"{served.urls['a']}/v1/completions", content=body)
     assert response.status_code == status
     error = response.json()["error"]
     assert set(error) == {"message", "type", "param", "code"} and error["param"] == param
@@ -142,7 +143,7 @@ def test_too_long_request_is_a_bad_request_for_the_client(served: ServedReplicas
 
 def test_metrics_use_vllm_names(served: ServedReplicas) -> None:
     client(served).completions.create(model=MODEL, prompt="count me", max_tokens=2)
-    text = httpx.get(f"{served.urls['a']}/metrics").text
+    text = http_probe.get(f"{served.urls['a']}/metrics").text
     for name in (
         "vllm:num_requests_running{",
         "vllm:num_requests_waiting{",
@@ -185,17 +186,17 @@ def test_client_disconnect_during_prefill_aborts_a_non_streaming_request(
     generated = served.metric("vllm:generation_tokens_total", "b")
     aborted = served.metric("vllm:request_success_total", "b", finished_reason="abort")
     # Slow the GPU 50x so the 3-chunk prefill of 6000 tokens outlasts the client's patience.
-    httpx.post(f"{url}/fault", json={"mode": "slow", "factor": 50})
+    http_probe.post(f"{url}/fault", json={"mode": "slow", "factor": 50})
     try:
         with pytest.raises(httpx.ReadTimeout):
-            httpx.post(
+            http_probe.post(
                 f"{url}/v1/completions",
                 json={"model": MODEL, "prompt": fresh_prompt(6000), "max_tokens": 10},
                 timeout=httpx.Timeout(5.0, read=0.5),
             )
         wait_until_idle(served, "b")
     finally:
-        httpx.post(f"{url}/fault", json={"mode": "none"})
+        http_probe.post(f"{url}/fault", json={"mode": "none"})
     assert served.metric("vllm:generation_tokens_total", "b") == generated
     assert served.metric("vllm:request_success_total", "b", finished_reason="abort") == aborted + 1
 

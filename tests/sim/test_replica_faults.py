@@ -11,6 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from ops import http_probe
 from tests.support.engine import fresh_prompt
 from tests.support.processes import ProcessGroup
 from tests.support.sim_serve import ServedReplicas, start_replicas
@@ -21,7 +22,7 @@ MODEL = "meridian-demo"
 
 
 def set_fault(url: str, mode: str, **extra: float) -> dict[str, object]:
-    response = httpx.post(f"{url}/fault", json={"mode": mode, **extra}, timeout=5)
+    response = http_probe.post(f"{url}/fault", json={"mode": mode, **extra}, timeout=5)
     assert response.status_code == 200
     return response.json()  # type: ignore[no-any-return]
 
@@ -35,14 +36,14 @@ def faulty_b(served: ServedReplicas) -> Iterator[str]:
 
 def complete(url: str, **body: object) -> httpx.Response:
     payload = {"model": MODEL, "prompt": "ping", "max_tokens": 2, **body}
-    return httpx.post(f"{url}/v1/completions", json=payload, timeout=10)
+    return http_probe.post(f"{url}/v1/completions", json=payload, timeout=10)
 
 
 def test_reject_answers_503_to_everything_until_cleared(faulty_b: str) -> None:
     assert set_fault(faulty_b, "reject")["mode"] == "reject"
     response = complete(faulty_b)
     assert response.status_code == 503 and "error" in response.json()
-    assert httpx.get(f"{faulty_b}/health").status_code == 503
+    assert http_probe.get(f"{faulty_b}/health").status_code == 503
     set_fault(faulty_b, "none")
     assert complete(faulty_b).status_code == 200
 
@@ -50,15 +51,15 @@ def test_reject_answers_503_to_everything_until_cleared(faulty_b: str) -> None:
 def test_hang_accepts_but_never_answers_until_cleared(faulty_b: str) -> None:
     set_fault(faulty_b, "hang")
     with pytest.raises(httpx.ReadTimeout):
-        httpx.get(f"{faulty_b}/health", timeout=httpx.Timeout(5.0, read=0.3))
+        http_probe.get(f"{faulty_b}/health", timeout=httpx.Timeout(5.0, read=0.3))
     with pytest.raises(httpx.ReadTimeout):
-        httpx.post(
+        http_probe.post(
             f"{faulty_b}/v1/completions",
             json={"model": MODEL, "prompt": "x", "max_tokens": 1},
             timeout=httpx.Timeout(5.0, read=0.3),
         )
     assert set_fault(faulty_b, "none")["mode"] == "none"
-    assert httpx.get(f"{faulty_b}/health").status_code == 200
+    assert http_probe.get(f"{faulty_b}/health").status_code == 200
 
 
 def test_slow_multiplies_modeled_step_times(served: ServedReplicas, faulty_b: str) -> None:
@@ -78,9 +79,9 @@ def test_slow_multiplies_modeled_step_times(served: ServedReplicas, faulty_b: st
 
 def test_bad_fault_requests_are_refused(served: ServedReplicas) -> None:
     url = served.urls["a"]
-    assert httpx.post(f"{url}/fault", json={"mode": "explode"}).status_code == 400
-    assert httpx.post(f"{url}/fault", json={"mode": "slow", "factor": -1}).status_code == 400
-    assert httpx.get(f"{url}/fault").json()["mode"] == "none"
+    assert http_probe.post(f"{url}/fault", json={"mode": "explode"}).status_code == 400
+    assert http_probe.post(f"{url}/fault", json={"mode": "slow", "factor": -1}).status_code == 400
+    assert http_probe.get(f"{url}/fault").json()["mode"] == "none"
 
 
 def test_die_takes_one_replica_away_and_leaves_its_neighbour(processes: ProcessGroup) -> None:
@@ -96,12 +97,12 @@ def test_die_takes_one_replica_away_and_leaves_its_neighbour(processes: ProcessG
     ):
         lines = response.iter_lines()
         next(lines)
-        httpx.post(f"{a}/fault", json={"mode": "die"}, timeout=5)
+        http_probe.post(f"{a}/fault", json={"mode": "die"}, timeout=5)
         for _ in lines:  # the open stream is reset
             pass
     with pytest.raises(httpx.ConnectError):
-        httpx.get(f"{a}/health", timeout=2)
-    assert httpx.get(f"{b}/health").status_code == 200
+        http_probe.get(f"{a}/health", timeout=2)
+    assert http_probe.get(f"{b}/health").status_code == 200
     assert complete(b).status_code == 200
     assert served.process.poll() is None
 

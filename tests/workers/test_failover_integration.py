@@ -14,11 +14,11 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-import httpx
 import pytest
 import redis
 
 from fleet.models import Balancer, Event, MetricRollup, Replica
+from ops import http_probe
 from ops.embedded_redis import EmbeddedRedis
 from tests.support.balancers import MODEL, client
 from tests.support.cluster import BALANCER_HEARTBEAT_TTL_S, Cluster, running_cluster
@@ -110,7 +110,7 @@ def test_dead_balancers_replicas_serve_through_the_live_one_then_go_home(
         assert all(r.parse().choices for r in responses)
 
         # Clients of the dead region are told where to go.
-        topology = httpx.get(
+        topology = http_probe.get(
             f"{b_url}/internal/topology", headers={"Authorization": f"Bearer {cluster.key}"}
         ).json()
         fo_a = next(r for r in topology["regions"] if r["name"] == "fo-a")
