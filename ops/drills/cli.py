@@ -81,17 +81,29 @@ def wait_until_accepted(base_url: str, key: str, timeout_s: float, issued_at: fl
         )
 
 
+# Answers from a balancer whose only process heard counts no sibling before the drill
+# believes it is alone: a sibling would answer one of them with odds 1 - 2**-8.
+LONE_PROCESS_ASKS = 8
+
+
 def _every_process_loaded_since(base_url: str, since: float, deadline: float) -> bool:
     loaded: dict[str, float] = {}  # process -> when its latest snapshot was read
+    # The most processes any of them counts.  One that has not met its sibling yet
+    # counts only itself: a lone process is believed after several asks, not one.
+    wanted, heard = 1, 0
     while time.monotonic() < deadline:
         state = _internal_state(base_url)  # a fresh connection: the kernel picks a process
         if state is not None:
+            heard += 1
             shared = (state.get("redis") or {}).get("shared_state")
-            process, wanted = "only", 1
+            process, sharing = "only", isinstance(shared, dict)
             if isinstance(shared, dict):
-                process, wanted = str(shared.get("process")), 1 + int(shared.get("peers", 0))
+                process = str(shared.get("process"))
+                wanted = max(wanted, 1 + int(shared.get("peers", 0)))
             loaded[process] = float(state.get("topology_loaded_at") or 0.0)
-            if sum(1 for at in loaded.values() if at >= since) >= wanted:
+            fresh = sum(1 for at in loaded.values() if at >= since)
+            sure = wanted > 1 or not sharing or heard >= LONE_PROCESS_ASKS
+            if fresh >= max(wanted, len(loaded)) and sure:
                 return True
         time.sleep(0.05)
     return False
