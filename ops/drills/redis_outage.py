@@ -30,7 +30,6 @@ after it.
 from __future__ import annotations
 
 import ipaddress
-import sys
 import time
 from collections.abc import Iterable
 from typing import Any
@@ -120,21 +119,30 @@ def wait_redis_back(url: str, timeout_s: float) -> str:
     return f"Redis still silent {timeout_s:.0f}s after the pause should have ended"
 
 
-def redis_views(url: str, processes: int, samples: int = 0) -> dict[str, dict[str, Any]]:
+def redis_views(url: str, processes: int | None, samples: int = 0) -> dict[str, dict[str, Any]]:
     """The ``redis`` views of up to ``processes`` distinct processes serving ``url``,
     by process id (a balancer without shared state counts as one process), asking
-    at most ``samples`` times (default: ``SAMPLES_PER_PROCESS`` per process)."""
+    at most ``samples`` times (default: ``SAMPLES_PER_PROCESS`` per process).
+    ``processes`` None: as many as answer in all ``samples`` asks."""
     views: dict[str, dict[str, Any]] = {}
-    for _ in range(samples or SAMPLES_PER_PROCESS * processes):
+    for _ in range(samples or SAMPLES_PER_PROCESS * (processes or 1)):
         view = redis_view(url)
         if view is None:
             continue
         shared = view.get("shared_state")
         process = str(shared.get("process")) if isinstance(shared, dict) else url
         views[process] = view
-        if len(views) >= processes:
+        if processes is not None and len(views) >= processes:
             break
     return views
+
+
+def every_process_sharing(url: str, processes: int) -> bool:
+    """Every one of the ``processes`` behind ``url`` answers, each sharing state with
+    all the others (not just the first to answer: one that has not exchanged since
+    its sibling started still counts no sibling)."""
+    views = redis_views(url, processes)
+    return len(views) == processes and all(_sharing(v, processes) for v in views.values())
 
 
 def process_counts(balancers: Iterable[Balancer]) -> dict[str, int]:
@@ -144,7 +152,7 @@ def process_counts(balancers: Iterable[Balancer]) -> dict[str, int]:
     since its sibling started does not know of it yet."""
     counts = {}
     for b in balancers:
-        views = redis_views(b.url, sys.maxsize, samples=SAMPLES_PER_PROCESS)
+        views = redis_views(b.url, None, samples=SAMPLES_PER_PROCESS)
         siblings = [
             int(v["shared_state"].get("peers", 0))
             for v in views.values()

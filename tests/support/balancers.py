@@ -20,6 +20,7 @@ import openai
 from django.conf import settings
 
 from ops import http_probe
+from ops.drills.redis_outage import every_process_sharing
 from routing.calls import HOP_HEADER
 from routing.core.engine_metrics import parse_samples
 from routing.internal_auth import PEER_TOKEN_HEADER, install_headers
@@ -137,21 +138,10 @@ def start_shared_port_balancer(
         group.start(f"{name}#{index}", shared_port_argv("127.0.0.1", port), env=full_env)
     url = f"http://127.0.0.1:{port}"
     wait_http(f"{url}/health", timeout=30)
-
-    def all_sharing() -> bool:
-        # Every process, not the first to answer: one that has not exchanged since its
-        # sibling started still counts no sibling (fresh connections reach each one).
-        seen: dict[str, dict[str, Any]] = {}
-        for _ in range(12 * processes):
-            shared = http_probe.get(f"{url}/health").json().get("shared_state") or {}
-            seen[str(shared.get("process"))] = shared
-            if len(seen) == processes:
-                break
-        return len(seen) == processes and all(
-            s.get("peers") == processes - 1 and s.get("degraded") is False for s in seen.values()
-        )
-
-    eventually(all_sharing, what=f"{processes} processes of {name} sharing state")
+    eventually(
+        lambda: every_process_sharing(url, processes),
+        what=f"every one of {processes} processes of {name} sharing state",
+    )
     return url
 
 
