@@ -65,6 +65,10 @@ def server_argv(server: str, port: int) -> tuple[str, ...]:
 
     Both servers run without access logging: the bench measures the application and
     the server, not a log file (daphne's default verbosity logs every request).
+    uvicorn runs with lifespan on, as ``ops.stack.plan`` starts balancers: the runtime's
+    start (``routing.lifespan``) also freezes the start-up heap and sets the young
+    collection threshold, so a balancer without it is not the one that is deployed.
+    (daphne gets the same start through its reactor.)
     """
     app = "meridian.asgi:application"
     if server == "daphne":
@@ -72,7 +76,7 @@ def server_argv(server: str, port: int) -> tuple[str, ...]:
     if server in ("uvicorn", "uvicorn-asyncio"):
         loop = "asyncio" if server == "uvicorn-asyncio" else "auto"
         return python_argv(
-            "-m", "uvicorn", "--host", HOST, "--port", str(port), "--lifespan", "off",
+            "-m", "uvicorn", "--host", HOST, "--port", str(port), "--lifespan", "on",
             "--http", GUARDED_HTTP, "--loop", loop, "--no-access-log", "--log-level", "warning",
             app,
         )  # fmt: skip
