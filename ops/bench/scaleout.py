@@ -44,6 +44,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
+import httpx
 import redis
 from django.conf import settings
 
@@ -53,6 +54,7 @@ from ops.bench.fixture import BALANCER, MODEL, BenchFixture, _free_port
 from ops.bench.loadgen import Phase
 from ops.bench.proxy import CHAT_PATH, request_bodies
 from ops.bench.routing import format_table, percentile
+from ops.drills.redis_outage import every_process_sharing
 from ops.replay.runner import ReplayLimits, ReplayRunner
 from ops.replay.sender import OpenAISender, make_client
 from ops.stack.plan import shared_port_argv
@@ -140,13 +142,24 @@ def start_stack(
 
 
 def _wait_sharing(url: str, processes: int, timeout_s: float = 60.0) -> None:
+    """Until every process behind ``url`` shares state with all its siblings, asked
+    through ``/health`` (these balancers keep their install token to themselves, so
+    ``/internal/state`` is not open to the bench).  One process's word is not
+    enough: one that has not exchanged since its sibling started counts no sibling."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        shared = http_probe.get(f"{url}/health", timeout=2).json().get("shared_state") or {}
-        if shared.get("peers") == processes - 1 and shared.get("degraded") is False:
+        if every_process_sharing(url, processes, read=_health_view):
             return
         time.sleep(0.2)
     raise StartupError(f"{processes} balancer processes did not all share state in time")
+
+
+def _health_view(url: str) -> dict[str, Any] | None:
+    try:
+        view = http_probe.get(f"{url}/health", timeout=2).json()
+    except (httpx.HTTPError, ValueError):
+        return None
+    return view if isinstance(view, dict) else None
 
 
 def clear_shared_keys() -> None:

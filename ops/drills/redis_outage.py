@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import ipaddress
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -119,14 +119,21 @@ def wait_redis_back(url: str, timeout_s: float) -> str:
     return f"Redis still silent {timeout_s:.0f}s after the pause should have ended"
 
 
-def redis_views(url: str, processes: int | None, samples: int = 0) -> dict[str, dict[str, Any]]:
+ViewReader = Callable[[str], dict[str, Any] | None]
+
+
+def redis_views(
+    url: str, processes: int | None, samples: int = 0, read: ViewReader | None = None
+) -> dict[str, dict[str, Any]]:
     """The ``redis`` views of up to ``processes`` distinct processes serving ``url``,
     by process id (a balancer without shared state counts as one process), asking
     at most ``samples`` times (default: ``SAMPLES_PER_PROCESS`` per process).
-    ``processes`` None: as many as answer in all ``samples`` asks."""
+    ``processes`` None: as many as answer in all ``samples`` asks.  ``read``: how one
+    process is asked (default ``redis_view``); any view with the process's
+    ``shared_state`` will do, as ``/health``'s answer does."""
     views: dict[str, dict[str, Any]] = {}
     for _ in range(samples or SAMPLES_PER_PROCESS * (processes or 1)):
-        view = redis_view(url)
+        view = (read or redis_view)(url)
         if view is None:
             continue
         shared = view.get("shared_state")
@@ -137,11 +144,11 @@ def redis_views(url: str, processes: int | None, samples: int = 0) -> dict[str, 
     return views
 
 
-def every_process_sharing(url: str, processes: int) -> bool:
+def every_process_sharing(url: str, processes: int, read: ViewReader | None = None) -> bool:
     """Every one of the ``processes`` behind ``url`` answers, each sharing state with
     all the others (not just the first to answer: one that has not exchanged since
-    its sibling started still counts no sibling)."""
-    views = redis_views(url, processes)
+    its sibling started still counts no sibling).  ``read`` as for ``redis_views``."""
+    views = redis_views(url, processes, read=read)
     return len(views) == processes and all(_sharing(v, processes) for v in views.values())
 
 
