@@ -57,7 +57,7 @@ class PeerSpec:
             str(executable), *self.subcommand, "--host", HOST, "--port", str(port),
             "--worker-urls", *backends, "--policy", self.policy,
             # Both default to one fixed metrics port, which two routers cannot share.
-            "--prometheus-host", HOST, "--prometheus-port", str(_free_port()),
+            "--prometheus-host", HOST, "--prometheus-port", str(free_port()),
             "--log-level", "error",
         ]  # fmt: skip
 
@@ -146,7 +146,7 @@ def running_peers(
             executable = installed.executables.get(spec.name)
             if executable is None:
                 continue
-            port = _free_port()
+            port = free_port()
             log_dir.mkdir(parents=True, exist_ok=True)
             with open(log_dir / f"{spec.name}.log", "wb") as log:
                 process = subprocess.Popen(
@@ -187,7 +187,7 @@ def stop(process: subprocess.Popen[bytes]) -> None:
             process.wait()
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((HOST, 0))
         return int(sock.getsockname()[1])

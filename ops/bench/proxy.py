@@ -32,6 +32,7 @@ from typing import Any, TextIO
 import psutil
 from django.conf import settings
 
+from ops.bench.bare import running_bare
 from ops.bench.driver import LoadGenerator, UsageMonitor, py_spy_recording
 from ops.bench.fixture import MODEL, SERVERS, VARIANTS, BenchFixture
 from ops.bench.loadgen import Phase
@@ -126,6 +127,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "environments in the user's cache directory; skipped with a note when unavailable)",
     )
     parser.add_argument(
+        "--bare",
+        action="store_true",
+        help="also run the bare proxy: the balancer's server and upstream pool relaying "
+        "round-robin with nothing of Meridian between them (ops/bench/bare.py), the floor "
+        "under a balancer's CPU per request",
+    )
+    parser.add_argument(
         "--idle-window",
         type=float,
         default=5.0,
@@ -211,7 +219,7 @@ def _load_line() -> str:
 
 
 _META_KEYS = ("concurrency", "mode", "requests", "duration", "rounds", "prompt_tokens",
-              "max_tokens", "server", "replicas", "pushing", "peers", "idle_window",
+              "max_tokens", "server", "replicas", "pushing", "peers", "bare", "idle_window",
               "idle_settle")  # fmt: skip
 
 
@@ -334,7 +342,10 @@ def _targets(opts: dict[str, Any]) -> Iterator[Targets]:
     )
     try:
         logs = Path(fixture.workdir.name) / "logs"
-        with running_peers(installed, fixture.backends, logs) as peers:
+        with contextlib.ExitStack() as running:
+            peers = running.enter_context(running_peers(installed, fixture.backends, logs))
+            if opts.get("bare"):
+                peers.append(running.enter_context(running_bare(fixture.backends, logs)))
             balancers = dict(fixture.balancers)
             pids: dict[str, int | None] = {s: fixture.pid_of(s) for s in fixture.balancers}
             for peer in peers:

@@ -1,7 +1,8 @@
 """``manage.py bench proxy``: a tiny real run, and the report's arithmetic.
 
 The smoke test starts the command's own loopback stack (zero-compute replicas,
-a throwaway database, a uvicorn balancer: the default server) and checks the
+a throwaway database, a uvicorn balancer: the default server, and the bare proxy
+beside it) and checks the
 table's shape and that every request of every phase succeeded.  No timing is asserted: the bench
 reports ratios, and this machine's speed is not the test's business.
 """
@@ -27,7 +28,8 @@ def test_tiny_run_prints_every_row_and_every_request_succeeds(
 ) -> None:
     saved = tmp_path / "proxy.json"
     text = run_command(
-        "bench", "proxy", "--concurrency", "1,4", "--requests", "6", "--json", str(saved)
+        "bench", "proxy", "--concurrency", "1,4", "--requests", "6", "--bare",
+        "--json", str(saved),
     )  # fmt: skip
 
     lines = text.splitlines()
@@ -36,14 +38,14 @@ def test_tiny_run_prints_every_row_and_every_request_succeeds(
     for header, _, _ in COLUMNS:
         assert header in table[0]
     assert [line.split()[:3] for line in table[1:]] == [
-        ["stream", "1", "uvicorn"],
-        ["stream", "4", "uvicorn"],
-        ["nonstream", "1", "uvicorn"],
-        ["nonstream", "4", "uvicorn"],
+        [mode, conc, server]
+        for mode in ("stream", "nonstream")
+        for conc in ("1", "4")
+        for server in ("uvicorn", "bare")
     ]
 
     rows = json.loads(saved.read_text())["rows"]
-    assert len(rows) == 4
+    assert len(rows) == 8
     for row in rows:
         assert row["errors"] == 0, row["first_error"]
         assert row["requests"] == 6
