@@ -205,10 +205,21 @@ Peer ``g``: priced with the same terms as a replica, seen from here:
   request is to extend this one, learned as the share of each routed prompt
   that was already cached (EWMA), so a workload of unique prompts pays nothing
   for forwarding.  Where the peer holds more, forwarding leaves nothing behind.
-  Charged at equal holdings too: without it a new conversation's first turn,
-  whose system prompt both hold, moved on noise, and the rest of the
-  conversation followed it (symmetric conversations, 120 s: 13.7 % forwarded,
-  TTFT p90 0.41 s against 0.32 s; 1.9 % and 0.32 s with it);
+  At equal holdings it is charged only where neither holds any of the prompt.
+  Where both hold the same part of it (a system prompt, a tree's question),
+  what the forward leaves is this request's own tokens and reply, and its
+  program's later requests follow it abroad (the peer's tenancy of the tree,
+  then its digest), paying the round trip and the peer's prices in their own
+  decisions; charging it here too kept an overloaded region's new trees at
+  home (ToT in the thrashing regime, 120 s, seeds 1-3: goodput 66.96, 64.89,
+  67.04 charged against 67.56, 70.06, 70.01 not, TTFT p90 0.84-1.09 s against
+  0.58-0.78 s).  A prompt nobody holds any of may be a document that other
+  sessions here send again, and is charged (Mooncake on H100s: hit/bound 0.88
+  uncharged against 0.98).  Equal holdings were once charged throughout,
+  because a new conversation's first turn, whose system prompt both hold,
+  moved on noise (symmetric conversations, 120 s: 13.7 % forwarded); prefix
+  affinity and ``_may_forward`` keep it home now (0.0 % forwarded either way,
+  seeds 1-3);
 * what the copy displaces there: ``displace_weight * reuse * U(g) *
   price(g)``.  The peer's caches are full in steady state (an LRU keeps
   everything until it needs the room), so the ``U(g)`` tokens copied there

@@ -124,9 +124,12 @@ def best_peer(
         rtt_ms = peer.extra.get("rtt_ms", math.inf)
         rtt = rtt_ms / 1000.0 if math.isfinite(rtt_ms) else math.inf
         uncached = at_peers.get(peer.target_id, terms.prompt)
-        # Forwarding leaves locality behind only where home holds more of it.
+        # Forwarding leaves locality behind where home holds more of the prompt, or
+        # where neither holds any of it (the policy's docstring says why).
         home = terms.home_uncached
-        lost = left_behind if home is not None and uncached >= home else 0.0
+        lost = 0.0
+        if home is not None and (uncached > home or uncached == home == terms.prompt):
+            lost = left_behind
         # The peer's own prices where it reports them (its decoders, not ours).
         prefill = terms.per_token
         decode = terms.decode_per_token

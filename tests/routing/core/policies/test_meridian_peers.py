@@ -102,6 +102,26 @@ def test_a_forward_is_its_round_trip_estimate_prefill_decode_and_what_it_leaves(
     assert unpriced.cost_s == pytest.approx(expected - displaced)
 
 
+def test_equal_holdings_leave_nothing_behind_unless_neither_holds_any_of_the_prompt() -> None:
+    eu = target("eu", extra={"rtt_ms": 80.0})
+
+    def price(home: int, at_peer: int) -> float:
+        terms = _terms(home_uncached=home)
+        copied = 0.5 * at_peer * 1e-3  # displaced at the peer
+        rest = 0.08 + at_peer * 1e-3 + 100 * 0.03 + 0.03 + copied
+        return best_peer(terms, [eu], {"eu": at_peer}).cost_s - rest
+
+    # Both hold the same 800 tokens (a system prompt, a tree's question): the
+    # program's later requests follow the forward, so nothing is left behind.
+    assert price(200, 200) == pytest.approx(0.0)
+    # Neither holds any of it: maybe a document other sessions here send again.
+    assert price(1000, 1000) == pytest.approx(0.5 * (1000 + 100) * 1e-3)
+    # Home holds more: the later requests would find it here.
+    assert price(200, 300) == pytest.approx(0.5 * (200 + 100) * 1e-3)
+    # The peer holds more: nothing is left behind.
+    assert price(1000, 300) == pytest.approx(0.0)
+
+
 def test_a_peers_own_prices_replace_this_regions_weighted_by_reuse() -> None:
     terms = _terms(home_uncached=None)
     priced = target(
