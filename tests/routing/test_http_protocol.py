@@ -161,6 +161,34 @@ async def test_a_well_behaved_request_is_answered_then_idles_out(served: Served)
     assert served.app.disconnects == 0
 
 
+async def test_a_body_arriving_in_time_part_after_part_is_never_cut(served: Served) -> None:
+    # Each part comes well inside the body deadline; the whole takes several deadlines.
+    reader, writer = await asyncio.open_connection("127.0.0.1", served.port)
+    writer.write(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 6\r\n\r\n")
+    for part in (b"ab", b"cd", b"ef"):
+        await asyncio.sleep(LIMITS.body_timeout_s / 2)
+        writer.write(part)
+        await writer.drain()
+    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), HANG)
+    writer.close()
+    assert head.startswith(b"HTTP/1.1 200") and served.app.bodies == [b"abcdef"]
+
+
+async def test_a_stall_after_a_kept_alive_request_is_still_answered_408(served: Served) -> None:
+    reader, writer = await asyncio.open_connection("127.0.0.1", served.port)
+    writer.write(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\nhi")
+    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), HANG)
+    assert head.startswith(b"HTTP/1.1 200")
+    assert await asyncio.wait_for(reader.readexactly(1), HANG) == b"2"
+    # Answered; the next request's line never ends: its own header deadline runs out
+    # (before the keep-alive's, which would close the connection without a word).
+    await asyncio.sleep(LIMITS.header_timeout_s / 2)
+    writer.write(b"POST /v1/compl")
+    reply = await asyncio.wait_for(reader.read(), HANG)
+    writer.close()
+    assert status_and_body(reply)[0] == 408
+
+
 @dataclass
 class DirectApp:
     """Streams through the scope's ``DirectBody``: the head with one part, then the last
