@@ -22,6 +22,7 @@ import json
 import os
 import random
 import signal
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -320,14 +321,23 @@ def request_bodies(model: str, prompt_tokens: int, max_tokens: int, stream: bool
 def _targets(opts: dict[str, Any]) -> Iterator[Targets]:
     model = opts.get("model") or MODEL
     if opts.get("backend"):
-        yield Targets(
-            backends=list(opts["backend"]),
-            balancers={"balancer": opts["balancer"]},
-            pids={"balancer": opts.get("balancer_pid")},
-            api_key=opts.get("api_key") or "",
-            model=model,
-            policy="(existing deployment)",
-        )
+        backends = list(opts["backend"])
+        balancers = {"balancer": opts["balancer"]}
+        pids: dict[str, int | None] = {"balancer": opts.get("balancer_pid")}
+        with contextlib.ExitStack() as running:
+            if opts.get("bare"):
+                # The bare proxy needs only the backends: beside a deployment too.
+                logs = Path(running.enter_context(tempfile.TemporaryDirectory()))
+                bare = running.enter_context(running_bare(backends, logs))
+                balancers[bare.name], pids[bare.name] = bare.url, bare.process.pid
+            yield Targets(
+                backends=backends,
+                balancers=balancers,
+                pids=pids,
+                api_key=opts.get("api_key") or "",
+                model=model,
+                policy="(existing deployment)",
+            )
         return
     servers = _server_list(opts.get("server") or "uvicorn")
     extra_env = dict(item.split("=", 1) for item in opts.get("balancer_env") or [])
@@ -347,7 +357,7 @@ def _targets(opts: dict[str, Any]) -> Iterator[Targets]:
             if opts.get("bare"):
                 peers.append(running.enter_context(running_bare(fixture.backends, logs)))
             balancers = dict(fixture.balancers)
-            pids: dict[str, int | None] = {s: fixture.pid_of(s) for s in fixture.balancers}
+            pids = {s: fixture.pid_of(s) for s in fixture.balancers}
             for peer in peers:
                 balancers[peer.name], pids[peer.name] = peer.url, peer.process.pid
             yield Targets(fixture.backends, balancers, pids, fixture.api_key, model,

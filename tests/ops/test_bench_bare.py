@@ -14,6 +14,7 @@ import pytest
 
 from ops import http_probe
 from ops.bench.bare import BareProxy, running_bare
+from tests.support.commands import run_command
 from tests.support.processes import ProcessGroup, free_port
 from tests.support.sim_serve import start_replicas
 
@@ -59,3 +60,18 @@ def test_an_unreachable_backend_is_a_502_and_the_proxy_keeps_answering(tmp_path:
 def test_a_bare_proxy_needs_backends() -> None:
     with pytest.raises(ValueError, match="MERIDIAN_BARE_BACKENDS"):
         BareProxy([])
+
+
+def test_beside_an_existing_deployment_it_needs_only_the_backends(
+    processes: ProcessGroup,
+) -> None:
+    served = start_replicas(processes, ["a"], "--profile", "zero")
+    url = served.urls["a"]
+    # The replica itself stands in for the deployment's balancer.
+    text = run_command(
+        "bench", "proxy", "--backend", url, "--balancer", url, "--bare", "--mode", "nonstream",
+        "--concurrency", "2", "--requests", "4", "--model", MODEL,
+    )  # fmt: skip
+    rows = [line.split() for line in text.splitlines() if line.split()[:1] == ["nonstream"]]
+    served_by = [(row[2], row[3], row[4]) for row in rows]  # server, ok, err
+    assert served_by == [("balancer", "4", "0"), ("bare", "4", "0")]
