@@ -71,6 +71,18 @@ def env_map(name: str) -> dict[str, str]:
     return out
 
 
+# Every SQLite database, the default file or one named by DATABASE_URL: several
+# processes (balancers, worker, console) share it.  WAL lets readers proceed during a
+# write; IMMEDIATE takes the write lock when a transaction begins, so one that read
+# first never fails to upgrade (in WAL, a deferred transaction whose snapshot another
+# writer moved on fails with "database is locked" at once, whatever the timeout);
+# the timeout is how long a writer waits for another's lock.
+SQLITE_OPTIONS: dict[str, object] = {
+    "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+    "transaction_mode": "IMMEDIATE",
+    "timeout": 20,
+}
+
 _ENGINES = {
     "postgres": "django.db.backends.postgresql",
     "postgresql": "django.db.backends.postgresql",
@@ -91,7 +103,7 @@ def parse_database_url(url: str) -> dict[str, object]:
         path = unquote(parts.path)
         # sqlite:////abs/path gives //abs/path; sqlite:///rel gives /rel (relative intended).
         name = path[1:] if path.startswith("//") else path.lstrip("/") or ":memory:"
-        return {"ENGINE": engine, "NAME": name}
+        return {"ENGINE": engine, "NAME": name, "OPTIONS": dict(SQLITE_OPTIONS)}
     name = unquote(parts.path.lstrip("/"))
     if not name:
         raise ImproperlyConfigured("DATABASE_URL names no database (postgres://host:5432/NAME)")

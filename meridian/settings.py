@@ -9,6 +9,7 @@ from pathlib import Path
 
 from fleet.private_files import ensure_private, write_private
 from meridian.env import (
+    SQLITE_OPTIONS,
     env_bool,
     env_float,
     env_int,
@@ -97,13 +98,8 @@ else:
         "default": {
             "ENGINE": "django.db.backends.sqlite3",
             "NAME": VAR_DIR / "meridian.sqlite3",
-            # Several processes (balancers, worker, console) share the file: WAL lets
-            # readers proceed during a write, IMMEDIATE avoids upgrade deadlocks.
-            "OPTIONS": {
-                "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
-                "transaction_mode": "IMMEDIATE",
-                "timeout": 20,
-            },
+            # Several processes share the file (meridian.env.SQLITE_OPTIONS says how).
+            "OPTIONS": dict(SQLITE_OPTIONS),
             # A file (child processes of integration tests open it by path), one per
             # test run so two suites on one checkout never drop each other's tables.
             "TEST": {"NAME": VAR_DIR / f"test_meridian_{os.getpid()}.sqlite3"},

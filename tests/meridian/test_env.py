@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
-from meridian.env import env_bool, env_float, env_int, parse_database_url
+from meridian.env import SQLITE_OPTIONS, env_bool, env_float, env_int, parse_database_url
 
 
 def test_postgres_url_becomes_a_django_database_entry() -> None:
@@ -17,6 +17,14 @@ def test_postgres_url_becomes_a_django_database_entry() -> None:
 def test_sqlite_urls_keep_absolute_and_relative_paths() -> None:
     assert parse_database_url("sqlite:////tmp/x.sqlite3")["NAME"] == "/tmp/x.sqlite3"
     assert parse_database_url("sqlite:///var/x.sqlite3")["NAME"] == "var/x.sqlite3"
+
+
+def test_a_sqlite_url_gets_the_options_of_the_default_database() -> None:
+    # Processes pointed at a file by DATABASE_URL (the test suite's children among
+    # them) share it as the default file's do: WAL, IMMEDIATE writes, a lock timeout.
+    options = parse_database_url("sqlite:////tmp/x.sqlite3")["OPTIONS"]
+    assert options == SQLITE_OPTIONS
+    assert options["transaction_mode"] == "IMMEDIATE"
 
 
 @pytest.mark.parametrize("url", ["mysql://h/db", "postgres://127.0.0.1:5432/"])
