@@ -64,10 +64,12 @@ class Served:
 
 
 @contextlib.asynccontextmanager
-async def serving(app: object) -> AsyncIterator[uvicorn.Server]:
+async def serving(
+    app: object, http: type[GuardedHttpToolsProtocol] = ShortLimits
+) -> AsyncIterator[uvicorn.Server]:
     """``app`` under a real uvicorn with the guarded protocol, on a free loopback port."""
     config = uvicorn.Config(
-        app, host="127.0.0.1", port=0, http=ShortLimits, lifespan="off", log_level="error"
+        app, host="127.0.0.1", port=0, http=http, lifespan="off", log_level="error"
     )
     server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve())
@@ -161,31 +163,47 @@ async def test_a_well_behaved_request_is_answered_then_idles_out(served: Served)
     assert served.app.disconnects == 0
 
 
-async def test_a_body_arriving_in_time_part_after_part_is_never_cut(served: Served) -> None:
-    # Each part comes well inside the body deadline; the whole takes several deadlines.
-    reader, writer = await asyncio.open_connection("127.0.0.1", served.port)
-    writer.write(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 6\r\n\r\n")
-    for part in (b"ab", b"cd", b"ef"):
-        await asyncio.sleep(LIMITS.body_timeout_s / 2)
-        writer.write(part)
-        await writer.drain()
-    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), HANG)
-    writer.close()
-    assert head.startswith(b"HTTP/1.1 200") and served.app.bodies == [b"abcdef"]
+# Deadlines far apart, so that a busy machine's scheduling delays (tenths of a
+# second) never decide which one runs out first.
+PATIENT = ReadLimits(
+    header_timeout_s=0.3, body_timeout_s=1.0, keepalive_timeout_s=10.0, max_header_bytes=4096
+)
 
 
-async def test_a_stall_after_a_kept_alive_request_is_still_answered_408(served: Served) -> None:
-    reader, writer = await asyncio.open_connection("127.0.0.1", served.port)
-    writer.write(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\nhi")
-    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), HANG)
-    assert head.startswith(b"HTTP/1.1 200")
-    assert await asyncio.wait_for(reader.readexactly(1), HANG) == b"2"
-    # Answered; the next request's line never ends: its own header deadline runs out
-    # (before the keep-alive's, which would close the connection without a word).
-    await asyncio.sleep(LIMITS.header_timeout_s / 2)
-    writer.write(b"POST /v1/compl")
-    reply = await asyncio.wait_for(reader.read(), HANG)
-    writer.close()
+class PatientLimits(GuardedHttpToolsProtocol):
+    @classmethod
+    def read_limits(cls) -> ReadLimits:
+        return PATIENT
+
+
+async def test_a_body_arriving_in_time_part_after_part_is_never_cut() -> None:
+    # Each part comes a quarter of the body deadline after the one before; the whole
+    # takes one and a half deadlines.
+    app = EchoApp()
+    async with serving(app, PatientLimits) as server:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port_of(server))
+        writer.write(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 6\r\n\r\n")
+        for part in (b"a", b"b", b"c", b"d", b"e", b"f"):
+            await asyncio.sleep(PATIENT.body_timeout_s / 4)
+            writer.write(part)
+            await writer.drain()
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), HANG)
+        writer.close()
+    assert head.startswith(b"HTTP/1.1 200") and app.bodies == [b"abcdef"]
+
+
+async def test_a_stall_after_a_kept_alive_request_is_still_answered_408() -> None:
+    async with serving(EchoApp(), PatientLimits) as server:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port_of(server))
+        writer.write(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\nhi")
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), HANG)
+        assert head.startswith(b"HTTP/1.1 200")
+        assert await asyncio.wait_for(reader.readexactly(1), HANG) == b"2"
+        # Answered; the next request's line never ends: its own header deadline runs
+        # out, long before the keep-alive's (which would close without a word).
+        writer.write(b"POST /v1/compl")
+        reply = await asyncio.wait_for(reader.read(), HANG)
+        writer.close()
     assert status_and_body(reply)[0] == 408
 
 
