@@ -83,6 +83,10 @@ SQLITE_OPTIONS: dict[str, object] = {
     "timeout": 20,
 }
 
+# Keep a process's connection open between uses: opening one (and its PRAGMAs) cost
+# more than the balancer's whole idle topology check it served.
+SQLITE_CONN_MAX_AGE = 60
+
 _ENGINES = {
     "postgres": "django.db.backends.postgresql",
     "postgresql": "django.db.backends.postgresql",
@@ -103,7 +107,12 @@ def parse_database_url(url: str) -> dict[str, object]:
         path = unquote(parts.path)
         # sqlite:////abs/path gives //abs/path; sqlite:///rel gives /rel (relative intended).
         name = path[1:] if path.startswith("//") else path.lstrip("/") or ":memory:"
-        return {"ENGINE": engine, "NAME": name, "OPTIONS": dict(SQLITE_OPTIONS)}
+        return {
+            "ENGINE": engine,
+            "NAME": name,
+            "OPTIONS": dict(SQLITE_OPTIONS),
+            "CONN_MAX_AGE": SQLITE_CONN_MAX_AGE,
+        }
     name = unquote(parts.path.lstrip("/"))
     if not name:
         raise ImproperlyConfigured("DATABASE_URL names no database (postgres://host:5432/NAME)")

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from fleet.private_files import ensure_private, write_private
 from meridian.env import (
+    SQLITE_CONN_MAX_AGE,
     SQLITE_OPTIONS,
     env_bool,
     env_float,
@@ -100,6 +101,7 @@ else:
             "NAME": VAR_DIR / "meridian.sqlite3",
             # Several processes share the file (meridian.env.SQLITE_OPTIONS says how).
             "OPTIONS": dict(SQLITE_OPTIONS),
+            "CONN_MAX_AGE": SQLITE_CONN_MAX_AGE,
             # A file (child processes of integration tests open it by path), one per
             # test run so two suites on one checkout never drop each other's tables.
             "TEST": {"NAME": VAR_DIR / f"test_meridian_{os.getpid()}.sqlite3"},

@@ -3,7 +3,14 @@ from __future__ import annotations
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
-from meridian.env import SQLITE_OPTIONS, env_bool, env_float, env_int, parse_database_url
+from meridian.env import (
+    SQLITE_CONN_MAX_AGE,
+    SQLITE_OPTIONS,
+    env_bool,
+    env_float,
+    env_int,
+    parse_database_url,
+)
 
 
 def test_postgres_url_becomes_a_django_database_entry() -> None:
@@ -22,9 +29,11 @@ def test_sqlite_urls_keep_absolute_and_relative_paths() -> None:
 def test_a_sqlite_url_gets_the_options_of_the_default_database() -> None:
     # Processes pointed at a file by DATABASE_URL (the test suite's children among
     # them) share it as the default file's do: WAL, IMMEDIATE writes, a lock timeout.
-    options = parse_database_url("sqlite:////tmp/x.sqlite3")["OPTIONS"]
-    assert options == SQLITE_OPTIONS
-    assert options["transaction_mode"] == "IMMEDIATE"
+    database = parse_database_url("sqlite:////tmp/x.sqlite3")
+    assert database["OPTIONS"] == SQLITE_OPTIONS
+    assert SQLITE_OPTIONS["transaction_mode"] == "IMMEDIATE"
+    # ... and keep their connection open between uses, as the default file does.
+    assert database["CONN_MAX_AGE"] == SQLITE_CONN_MAX_AGE
 
 
 @pytest.mark.parametrize("url", ["mysql://h/db", "postgres://127.0.0.1:5432/"])
