@@ -470,3 +470,17 @@ class DrillRun(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} {self.target} ({self.outcome})"
+
+
+class TopologyChange(models.Model):
+    """One row whose ``token`` is drawn again whenever something a balancer's topology
+    snapshot reads changes (``fleet.topology_change``), so an idle balancer's refresh
+    reads this row instead of every table."""
+
+    token = models.BigIntegerField(default=0)
+
+    class Meta:
+        db_table = "fleet_topologychange"
+
+    def __str__(self) -> str:
+        return f"topology token {self.token}"

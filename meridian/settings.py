@@ -182,8 +182,11 @@ MERIDIAN_LORA_ADAPTERS = env_map("MERIDIAN_LORA_ADAPTERS")
 MERIDIAN_TOKENIZE_THREAD_CHARS = env_int("MERIDIAN_TOKENIZE_THREAD_CHARS", 16384, minimum=0)
 # Token ids each model's segment cache keeps (routing.core.segments); 0 turns it off.
 MERIDIAN_TOKENIZE_CACHE_TOKENS = env_int("MERIDIAN_TOKENIZE_CACHE_TOKENS", 1_000_000, minimum=0)
-# How often a balancer re-reads topology and API keys from the database (off the hot path).
+# How often a balancer checks topology and API keys in the database (off the hot path):
+# one row's token (fleet.topology_change), and every table only when it moved.
 MERIDIAN_TOPOLOGY_REFRESH_S = env_float("MERIDIAN_TOPOLOGY_REFRESH_S", 2.0, minimum=0.1)
+# ... and every table this often regardless, for writes that bypassed the token.
+MERIDIAN_TOPOLOGY_FULL_REFRESH_S = env_float("MERIDIAN_TOPOLOGY_FULL_REFRESH_S", 30.0, minimum=0.1)
 # In-process replica /metrics probe period: SP-P selective pushing reads waiting requests
 # from it, so it is sub-second (routing.prober).
 MERIDIAN_PROBE_INTERVAL_S = env_float("MERIDIAN_PROBE_INTERVAL_S", 0.25, minimum=0.05)

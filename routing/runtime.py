@@ -9,7 +9,8 @@ ledgers (a per-request copy would count nothing), the dispatch core with its
 regional queues and their pump, the transport, the metrics, and the background
 loops:
 
-* topology refresh every ``MERIDIAN_TOPOLOGY_REFRESH_S`` (the only ORM access);
+* topology refresh every ``MERIDIAN_TOPOLOGY_REFRESH_S`` (the only ORM access): one
+  row's token, and every table when it moved or every ``MERIDIAN_TOPOLOGY_FULL_REFRESH_S``;
 * replica probe every ``MERIDIAN_PROBE_INTERVAL_S`` (``routing.prober``);
 * peer availability poll every ``MERIDIAN_AVAILABILITY_INTERVAL_S`` over HTTP
   (``routing.peers.AvailabilityPoller``): what cross-region routing uses;
@@ -34,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import random
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -153,6 +155,7 @@ class BalancerConfig:
     shared_state: bool = False
     shared: SharedConfig = field(default_factory=SharedConfig)
     shared_warm_start_s: float = 3.0
+    topology_full_refresh_s: float = 30.0
 
     @classmethod
     def from_settings(cls) -> BalancerConfig:
@@ -164,6 +167,7 @@ class BalancerConfig:
             tokenizer_json=s.MERIDIAN_TOKENIZER_JSON,
             demo=s.MERIDIAN_DEMO,
             topology_refresh_s=s.MERIDIAN_TOPOLOGY_REFRESH_S,
+            topology_full_refresh_s=s.MERIDIAN_TOPOLOGY_FULL_REFRESH_S,
             probe_interval_s=s.MERIDIAN_PROBE_INTERVAL_S,
             probe_timeout_s=s.MERIDIAN_PROBE_TIMEOUT_S,
             probe_failure_threshold=s.MERIDIAN_PROBE_FAILURE_THRESHOLD,
@@ -398,6 +402,7 @@ class BalancerRuntime:
             else None
         )
         self.snapshot: TopologySnapshot | None = None
+        self._full_read_at = -math.inf
         self.topology_error: str | None = None
         self.dead_loops: dict[str, str] = {}
         self._start: asyncio.Task[None] | None = None
@@ -530,8 +535,14 @@ class BalancerRuntime:
     # -- background steps ---------------------------------------------------------------
 
     async def refresh_topology(self, *, raise_errors: bool = False) -> None:
+        """Check the topology token and read every table only when it moved (or every
+        ``topology_full_refresh_s``, for writes that bypassed the token)."""
+        started = self.loop.time()
+        full = started - self._full_read_at >= self.config.topology_full_refresh_s
         try:
-            snapshot = await load_snapshot_async(self.config.balancer)
+            snapshot, read_in_full = await refresh_snapshot_async(
+                self.config.balancer, self.snapshot, full=full
+            )
         except (DatabaseError, BalancerNotConfiguredError) as exc:
             if raise_errors:
                 raise
@@ -539,7 +550,11 @@ class BalancerRuntime:
                 logger.warning("topology refresh failed, keeping the last snapshot: %s", exc)
             self.topology_error = str(exc)
             return
-        self.adopt(snapshot)
+        if read_in_full:
+            self.adopt(snapshot)
+            self._full_read_at = started
+        else:
+            self.snapshot = snapshot  # the same topology, re-dated
         self.topology_error = None
 
     def adopt(self, snapshot: TopologySnapshot) -> None:

@@ -10,10 +10,15 @@ dead region's replicas to a live balancer), plus replicas of its own region with
 no owner, all in a routable state (only ``ready``).  Peers are every other
 balancer, with the RTT from this region (either direction of RegionLatency,
 since operators often enter a pair once).
+
+A refresh (``refresh_snapshot``) first reads the topology token
+(``fleet.topology_change``) and reads the tables only when it moved since the
+snapshot, or when the runtime asks for its periodic full read.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import time
@@ -22,6 +27,7 @@ from channels.db import database_sync_to_async
 from django.db.models import Q
 
 from fleet.models import ApiKey, Balancer, RegionLatency, Replica, ServiceConfig
+from fleet.topology_change import current_token
 from routing.core.availability import (
     PUSH_BUDGET_KEY,
     PUSHING_KEY,
@@ -46,6 +52,9 @@ def load_snapshot(balancer_name: str) -> TopologySnapshot:
     # Taken before the first read: the snapshot holds every row committed by then
     # (a drill waits on it to know that each process has learned a key it issued).
     loaded_at = time.time()
+    # Read before the rows: a change committed after this read redraws the token, so
+    # the next refresh reads it even if these reads already saw it.
+    change_token = current_token()
     try:
         me = Balancer.objects.select_related("region").get(name=balancer_name)
     except Balancer.DoesNotExist:
@@ -83,7 +92,25 @@ def load_snapshot(balancer_name: str) -> TopologySnapshot:
         key_limits={k.key_hash: _limits_or_none(k) for k in keys},
         key_labels={k.key_hash: k.prefix for k in keys},
         loaded_at=loaded_at,
+        change_token=change_token,
     )
+
+
+def refresh_snapshot(
+    balancer_name: str, current: TopologySnapshot | None, *, full: bool
+) -> tuple[TopologySnapshot, bool]:
+    """The topology now, and whether it was read in full.
+
+    One query when nothing has changed since ``current`` was read (its token still
+    stands): ``current`` comes back re-dated, since every row committed before the
+    check is in it.  Otherwise, or when ``full`` is asked (the periodic read that
+    catches writes no signal saw), every table is read again."""
+    if full or current is None or current.change_token is None:
+        return load_snapshot(balancer_name), True
+    checked_at = time.time()
+    if current_token() != current.change_token:
+        return load_snapshot(balancer_name), True
+    return dataclasses.replace(current, loaded_at=checked_at), False
 
 
 def _limits_or_none(key: ApiKey) -> KeyLimits:
@@ -149,3 +176,4 @@ def _peers(me: Balancer, rtt: dict[int, float]) -> tuple[PeerSpec, ...]:
 
 
 load_snapshot_async = database_sync_to_async(load_snapshot)
+refresh_snapshot_async = database_sync_to_async(refresh_snapshot)

@@ -118,10 +118,13 @@ def _apply(result: ProbeResult, failure_threshold: int) -> ProbeTransition | Non
             healthy=Replica.State.READY,
             unhealthy=Replica.State.FAILED,
         )
+        fields = ["last_probe_at", "consecutive_failures"]
         if new_state != old_state:
             replica.state = new_state
             replica.state_changed_at = replica.last_probe_at
-        replica.save()
+            fields += ["state", "state_changed_at"]
+        # Only a state change is news to the balancers (fleet.topology_change).
+        replica.save(update_fields=fields)
         if new_state == old_state:
             return None
         _record_transition(replica, old_state, result)

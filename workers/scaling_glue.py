@@ -43,6 +43,7 @@ from django.utils import timezone
 from django.utils.text import slugify
 
 from fleet.models import Event, MetricRollup, RegionLatency, Replica, ServiceConfig, Zone
+from fleet.topology_change import topology_changed
 from routing.core.live_feed import FIELD, decode_all, latest_replicas, stream_key
 from routing.core.policies.meridian import MeridianConfig
 from workers import draining, forecasting
@@ -388,6 +389,7 @@ class ProviderLauncher:
         Replica.objects.filter(provider=self.provider.name, provider_handle=handle).update(
             state=Replica.State.TERMINATED, state_changed_at=self.now, terminated_at=self.now
         )
+        topology_changed()  # update() sends no signal
 
     def _create_row(self, name: str, kind: str, zone: str, instance: Instance) -> Replica:
         zone_row = Zone.objects.select_related("region").get(name=zone)

@@ -76,6 +76,9 @@ class TopologySnapshot:
     key_limits: Mapping[str, KeyLimits] = field(default_factory=dict)
     key_labels: Mapping[str, str] = field(default_factory=dict)
     loaded_at: float = 0.0  # wall clock before its first read: rows committed by then are in it
+    # The database's topology token read with it (fleet.topology_change); None: unknown,
+    # so the next refresh reads in full.
+    change_token: int | None = None
 
     def peer(self, name: str) -> PeerSpec | None:
         return next((p for p in self.peers if p.name == name), None)
