@@ -30,17 +30,17 @@ applied by the caller).
 Every ``MODELS_REFRESH_S`` a round also reads each replica's ``/v1/models``:
 vLLM lists its LoRA adapters there with the base model as ``parent``, which
 feeds the ``AdapterDirectory`` (``routing.core.lora``), so adapters need no
-configuration.  A replica whose ``/v1/models`` fails keeps what it listed last.
+configuration.  A replica whose ``/v1/models`` fails keeps what it listed last.  Those
+reads take the same pool: in an idle region they were most of the balancer's CPU.
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
+import json
 import logging
 from collections.abc import Callable, Iterable
-
-import httpx
 
 from routing.core.block_identity import ModelBlockSchemes
 from routing.core.engine_metrics import EngineLoad, MetricsFormatError, parse_engine_load
@@ -60,7 +60,6 @@ MODELS_REFRESH_S = 5.0
 class ReplicaProber:
     def __init__(
         self,
-        client: httpx.AsyncClient,
         pool: UpstreamPool,
         router: LocalRouter,
         metrics: BalancerMetrics,
@@ -71,7 +70,6 @@ class ReplicaProber:
         adapters: AdapterDirectory | None = None,
         models_refresh_s: float = MODELS_REFRESH_S,
     ) -> None:
-        self.client = client
         self.pool = pool
         self.schemes = schemes or ModelBlockSchemes()
         self.router = router
@@ -109,12 +107,13 @@ class ReplicaProber:
     async def _read_models_of(self, target: TargetState) -> None:
         assert self.adapters is not None
         try:
-            response = await self.client.get(
-                join_url(target.url, "/v1/models"), timeout=self.timeout_s
-            )
-            response.raise_for_status()
-            listed = adapters_in_models(response.json())
-        except (httpx.HTTPError, ValueError) as exc:
+            # Through the probe's own pool, as /metrics: httpx costs several times the
+            # CPU per call, and these calls are most of an idle balancer's work.
+            status, body = await self.pool.get(join_url(target.url, "/v1/models"), self.timeout_s)
+            if not 200 <= status < 300:
+                raise UpstreamError(f"/v1/models answered {status}")
+            listed = adapters_in_models(json.loads(body))
+        except (UpstreamError, ValueError) as exc:
             logger.debug("reading %s's /v1/models failed: %s", target.target_id, exc)
             return
         self.adapters.record(target.target_id, listed)

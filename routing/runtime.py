@@ -84,7 +84,7 @@ from routing.prober import ReplicaProber
 from routing.queue_pump import QueuePump, Waiter, alive
 from routing.shared_state import SharedStateSync
 from routing.telemetry import BalancerMetrics, QueueSnapshot
-from routing.topology import BalancerNotConfiguredError, load_snapshot_async
+from routing.topology import BalancerNotConfiguredError, refresh_snapshot_async
 from routing.transport import (
     DemoLatency,
     PartitionedPolls,
@@ -254,7 +254,7 @@ def _block_identity_or_default(model: str, params: Mapping[str, Any]) -> BlockId
 
 
 def _shared_client(config: BalancerConfig) -> httpx.AsyncClient:
-    """The process's one httpx client: probes, peer polls, KV-event discovery."""
+    """The process's one httpx client: peer polls, KV-event discovery."""
     return httpx.AsyncClient(
         timeout=httpx.Timeout(config.read_timeout_s, connect=config.connect_timeout_s),
         # Long streams hold a connection each; httpx's default cap of 100 would
@@ -341,13 +341,12 @@ class BalancerRuntime:
         )
         # The relay path (every proxied request) uses a lean keep-alive pool: httpx's
         # pool bookkeeping grew with the number of open streams (docs/performance.md).
-        # The probes' /metrics GETs go through it too; httpx stays for /v1/models reads
-        # and peer polls, where its generality is worth it.
+        # The probes' /metrics and /v1/models GETs go through it too; httpx stays for
+        # peer polls and KV-event discovery, where its generality is worth it.
         self.upstream = UpstreamPool(
             connect_timeout_s=config.connect_timeout_s, read_timeout_s=config.read_timeout_s
         )
         self.prober = ReplicaProber(
-            self.client,
             self.upstream,
             self.router,
             self.metrics,
