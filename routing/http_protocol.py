@@ -7,7 +7,8 @@ forever, and the parser buffers a header line of any length.  A balancer's port
 faces every client, so ``GuardedHttpToolsProtocol`` adds what a front proxy would:
 
 * the request line and headers must be complete within ``MERIDIAN_HEADER_TIMEOUT_S``
-  of their first byte (or of the connection opening): else 408 and close;
+  of their first byte (or of the connection opening; for a pipelined request, of the
+  answer to the one before): else 408 and close;
 * once the headers are in, the body may pause at most ``MERIDIAN_BODY_TIMEOUT_S``
   between chunks: else the connection closes (the app sees a disconnect);
 * the request line and headers may hold at most ``MERIDIAN_MAX_HEADER_BYTES``,
@@ -203,6 +204,8 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._parsed_header_bytes = 0  # complete request line and header lines
         self._unparsed_header_bytes = 0  # bytes read while the headers were incomplete
         self._refusal: tuple[int, bytes] | None = None
+        # A request's first byte is parsed and its headers are not complete yet.
+        self._request_begun = False
 
     @classmethod
     def read_limits(cls) -> ReadLimits:
@@ -234,6 +237,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
     def on_message_begin(self) -> None:
         super().on_message_begin()
         self._start_headers()
+        self._request_begun = True
 
     def on_url(self, url: bytes) -> None:
         self._count_header_bytes(len(url))
@@ -245,6 +249,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
 
     def on_headers_complete(self) -> None:
         self._reading_headers = False
+        self._request_begun = False
         self._arm(self.limits.body_timeout_s, self._body_timed_out)
         super().on_headers_complete()
         cycle = self.cycle
@@ -260,6 +265,15 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._disarm()
         self._start_headers()
         super().on_message_complete()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        if self._request_begun and self._deadline is None and not self.transport.is_closing():
+            # The next request began arriving while this one was answered and its
+            # headers are still incomplete: they get their deadline from now (and a 408),
+            # not the keep-alive's close without a word that uvicorn just armed.
+            self._unset_keepalive_if_required()
+            self._arm(self.limits.header_timeout_s, self._headers_timed_out)
 
     def pause_writing(self) -> None:
         super().pause_writing()

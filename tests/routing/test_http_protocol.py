@@ -207,6 +207,17 @@ async def test_a_stall_after_a_kept_alive_request_is_still_answered_408() -> Non
     assert status_and_body(reply)[0] == 408
 
 
+async def test_a_pipelined_request_stalled_in_its_headers_is_answered_408() -> None:
+    # The second request's line arrives with the first request, and never ends: once
+    # the first is answered, the second's header deadline runs, not the keep-alive's.
+    first = b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\nhi"
+    async with serving(EchoApp(), PatientLimits) as server:
+        reply = await exchange(port_of(server), first + b"POST /v1/compl")
+    answered, _, rest = reply.partition(b"\r\n\r\n2")
+    assert answered.startswith(b"HTTP/1.1 200")
+    assert status_and_body(rest)[0] == 408
+
+
 @dataclass
 class DirectApp:
     """Streams through the scope's ``DirectBody``: the head with one part, then the last
