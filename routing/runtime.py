@@ -554,6 +554,7 @@ class BalancerRuntime:
             self._full_read_at = started
         else:
             self.snapshot = snapshot  # the same topology, re-dated
+        self.metrics.topology_reads.inc("full" if read_in_full else "checked")
         self.topology_error = None
 
     def adopt(self, snapshot: TopologySnapshot) -> None:

@@ -183,6 +183,12 @@ class BalancerMetrics:
         self.probe_failures = r.counter(
             "meridian_probe_failures_total", "Failed /metrics probes per replica.", ["replica"]
         )
+        self.topology_reads = r.counter(
+            "meridian_topology_reads_total",
+            "Topology refreshes by how they read the database: 'checked' (the topology "
+            "token had not moved: one row) or 'full' (every table).",
+            ["read"],
+        )
         self.heartbeat_errors = r.counter(
             "meridian_heartbeat_errors_total", "Failed heartbeat publish/read rounds (Redis)."
         )
