@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import signal
@@ -121,4 +122,8 @@ class ProcessGroup:
             except subprocess.TimeoutExpired:
                 os.killpg(process.pid, signal.SIGKILL)
                 process.wait()
+            # The leader gone, what it forked may not be (a Celery worker's pool or
+            # beat outlived a warm shutdown and ran on after the suite): end its group.
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(process.pid, signal.SIGKILL)
         self.processes.clear()
