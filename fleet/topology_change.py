@@ -15,9 +15,10 @@ touch only other fields (a probe's ``last_probe_at``, a heartbeat's
 ``last_heartbeat``, the autoscaler's ``scaling_state``, a key's usage) leave it
 alone, so a busy control plane does not turn every refresh into a full one.
 
-Writes that bypass the ORM's signals (``QuerySet.update``, raw SQL) call
-``topology_changed()`` themselves; any other is caught by the balancer's periodic
-full read (``MERIDIAN_TOPOLOGY_FULL_REFRESH_S``).
+Writes that bypass the ORM's signals (``QuerySet.update``, raw SQL, another tool)
+are not seen: the project's own code saves rows instead, and a writer that cannot
+calls ``topology_changed()``.  Anything else is caught by the balancer's periodic full
+read (``MERIDIAN_TOPOLOGY_FULL_REFRESH_S``).
 """
 
 from __future__ import annotations

@@ -43,7 +43,6 @@ from django.utils import timezone
 from django.utils.text import slugify
 
 from fleet.models import Event, MetricRollup, RegionLatency, Replica, ServiceConfig, Zone
-from fleet.topology_change import topology_changed
 from routing.core.live_feed import FIELD, decode_all, latest_replicas, stream_key
 from routing.core.policies.meridian import MeridianConfig
 from workers import draining, forecasting
@@ -386,10 +385,12 @@ class ProviderLauncher:
             self.drained.append(handle)
             return
         self.provider.terminate(handle, self.now.timestamp())
-        Replica.objects.filter(provider=self.provider.name, provider_handle=handle).update(
-            state=Replica.State.TERMINATED, state_changed_at=self.now, terminated_at=self.now
-        )
-        topology_changed()  # update() sends no signal
+        # Saved row by row, not QuerySet.update: the save is what tells the balancers
+        # (fleet.topology_change).
+        for row in Replica.objects.filter(provider=self.provider.name, provider_handle=handle):
+            row.state = Replica.State.TERMINATED
+            row.state_changed_at = row.terminated_at = self.now
+            row.save(update_fields=["state", "state_changed_at", "terminated_at"])
 
     def _create_row(self, name: str, kind: str, zone: str, instance: Instance) -> Replica:
         zone_row = Zone.objects.select_related("region").get(name=zone)

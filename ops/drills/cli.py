@@ -21,7 +21,6 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from fleet.models import ApiKey
-from fleet.topology_change import topology_changed
 from ops import http_probe
 from ops.drills.report import format_run
 from ops.drills.runner import DrillOptions, DrillPlan, run_drill
@@ -51,8 +50,9 @@ def client_key(given: str) -> Iterator[tuple[str, bool]]:
     try:
         yield raw, True
     finally:
-        ApiKey.objects.filter(pk=key.pk).update(revoked=True)
-        topology_changed()  # update() sends no signal
+        # A save, not QuerySet.update: the save is what tells the balancers.
+        key.revoked = True
+        key.save(update_fields=["revoked"])
 
 
 def wait_until_accepted(base_url: str, key: str, timeout_s: float, issued_at: float) -> None:

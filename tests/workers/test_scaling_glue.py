@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from fleet.models import Event, MetricRollup, Replica, ServiceConfig, Zone
+from fleet.topology_change import current_token
 from tests.support.rows import Rows
 from workers.providers.base import (
     PREEMPTION_WARNING,
@@ -23,7 +24,7 @@ from workers.providers.base import (
 )
 from workers.providers.static import StaticProvider
 from workers.scaling.fleet import SPOT, ZoneOffer
-from workers.scaling_glue import scale_services, service_qps
+from workers.scaling_glue import ProviderLauncher, scale_services, service_qps
 from workers.tasks import scale_services as scale_services_task
 from workers.tasks import worker_provider
 
@@ -218,3 +219,19 @@ def test_beat_task_builds_the_configured_provider(
     finally:
         worker_provider.cache_clear()
     assert not Replica.objects.exists()
+
+
+@pytest.mark.django_db
+def test_a_replica_that_is_not_ready_is_terminated_at_once_and_the_balancers_told(
+    provider: MemoryProvider,
+) -> None:
+    launcher = ProviderLauncher(provider, service(), NOW)
+    handle = launcher.launch(SPOT, "us-1a")
+    assert handle is not None
+    before = current_token()
+    launcher.terminate(handle)
+    row = Replica.objects.get(provider_handle=handle)
+    assert (row.state, row.terminated_at) == (Replica.State.TERMINATED, NOW)
+    assert handle not in provider.instances
+    # The termination is a topology change: the balancers' next check reads it.
+    assert current_token() != before
