@@ -83,12 +83,15 @@ class CostModel(Protocol):
         held_back: Sequence[TargetState],
         peers: Sequence[TargetState],
         *,
+        held_back_peers: Sequence[TargetState] = (),
         waited_s: float = 0.0,
         queued_ahead: int = 0,
         peer_prefixes: Mapping[str, PrefixDigest] | None = None,
     ) -> Choice:
         """The cheapest option; ``held_back``: healthy replicas not admitting now;
-        ``peer_prefixes``: what the peers said they hold, by peer id."""
+        ``peers``: available peer regions; ``held_back_peers``: peers serving the
+        model with no room now (a forward waits in their queue); ``peer_prefixes``:
+        what the peers said they hold, by peer id."""
         ...
 
     def admits(self, target: TargetState) -> bool:

@@ -181,21 +181,41 @@ class RemoteRouter:
     def candidates(self, model: str, exclude: AbstractSet[str] = frozenset()) -> list[TargetState]:
         """Available peers for ``model`` as targets, nearest first."""
         now = self.clock()
-        out = []
-        for link in self.links():
-            if link.spec.name in exclude or not self.is_available(link, model, now):
-                continue
-            link.state.waiting = link.queue_for(model)
-            link.state.extra["estimate_s"] = link.estimate_for(model)
-            prices = link.prices_for(model)
-            if prices is None:
-                link.state.extra.pop("prefill_s_per_token", None)
-                link.state.extra.pop("decode_s_per_token", None)
-            else:
-                link.state.extra["prefill_s_per_token"] = prices[0]
-                link.state.extra["decode_s_per_token"] = prices[1]
-            out.append(link.state)
-        return out
+        return [
+            self._as_target(link, model)
+            for link in self.links()
+            if link.spec.name not in exclude and self.is_available(link, model, now)
+        ]
+
+    def held_back(self, model: str, exclude: AbstractSet[str] = frozenset()) -> list[TargetState]:
+        """Peers that serve ``model`` but are not available (no replica admitting, or
+        a queue past τ), as targets, nearest first.  A request forwarded there waits
+        in that region's queue; a cost model weighs them for a request whose program
+        already lives there (``CostModel.choose``'s ``held_back_peers``)."""
+        now = self.clock()
+        return [
+            self._as_target(link, model)
+            for link in self.links()
+            if link.spec.name not in exclude
+            and self._serves(link, model, now)
+            and not self.is_available(link, model, now)
+        ]
+
+    @staticmethod
+    def _as_target(link: PeerLink, model: str) -> TargetState:
+        """The peer as a target for ``model``, with what its report says of it."""
+        state = link.state
+        state.waiting = link.queue_for(model)
+        state.extra["estimate_s"] = link.estimate_for(model)
+        state.extra["healthy_replicas"] = float(link.report.healthy_replicas if link.report else 0)
+        prices = link.prices_for(model)
+        if prices is None:
+            state.extra.pop("prefill_s_per_token", None)
+            state.extra.pop("decode_s_per_token", None)
+        else:
+            state.extra["prefill_s_per_token"] = prices[0]
+            state.extra["decode_s_per_token"] = prices[1]
+        return state
 
     def digests(self, model: str, peers: Iterable[TargetState]) -> dict[str, PrefixDigest]:
         """What each of ``peers`` said its replicas hold for ``model``, where it said."""
@@ -214,12 +234,15 @@ class RemoteRouter:
     def has_healthy(self, model: str) -> bool:
         """Some fresh peer has a healthy replica of ``model`` (busy, maybe)."""
         now = self.clock()
-        return any(
+        return any(self._serves(link, model, now) for link in self._links.values())
+
+    def _serves(self, link: PeerLink, model: str, now: float) -> bool:
+        """A fresh report with a healthy replica of ``model`` (busy, maybe)."""
+        return (
             link.fresh(now, self.max_age_s)
             and link.report is not None
             and link.report.healthy_replicas > 0
             and model in link.report.models
-            for link in self._links.values()
         )
 
     def select(
@@ -332,14 +355,18 @@ def place_by_cost(
     queued_ahead: int,
 ) -> Placement | None:
     """The cost model's choice among this region's replicas (available or held
-    back), its available peers (none for a request forwarded here: one hop) and
-    waiting; None means wait in the queue."""
+    back), its peers (available or held back; none for a request forwarded here:
+    one hop) and waiting; None means wait in the queue."""
     options = local.options(request, tried)
-    peers = [] if request.forwarded else remote.candidates(request.model, tried_peers)
+    peers: list[TargetState] = []
+    held_back: list[TargetState] = []
+    if not request.forwarded:
+        peers = remote.candidates(request.model, tried_peers)
+        held_back = remote.held_back(request.model, tried_peers)
     choice = cost_model.choose(
         request, options.available, options.held_back, peers,
-        waited_s=waited_s, queued_ahead=queued_ahead,
-        peer_prefixes=remote.digests(request.model, peers),
+        held_back_peers=held_back, waited_s=waited_s, queued_ahead=queued_ahead,
+        peer_prefixes=remote.digests(request.model, [*peers, *held_back]),
     )  # fmt: skip
     target = choice.target
     if target is None or choice.option is Option.WAIT:

@@ -151,6 +151,23 @@ def test_stale_busy_queued_or_tried_peers_are_not_candidates() -> None:
     assert rows["eu"]["alive"] is False and rows["eu"]["rtt_ms"] == 80.0
 
 
+def test_held_back_peers_serve_the_model_without_room_now() -> None:
+    w = World(replicas=())
+    w.remote.record_report("eu", _beat("eu", queue=2))  # queue over τ = 1
+    w.remote.record_report("ap", _beat("ap", available=0))
+    # Neither is a candidate, both serve the model: a forward would wait in their queue.
+    assert w.remote.candidates(MODEL) == []
+    assert [t.target_id for t in w.remote.held_back(MODEL)] == ["eu", "ap"]  # nearest first
+    assert [t.target_id for t in w.remote.held_back(MODEL, frozenset({"eu"}))] == ["ap"]
+    assert w.remote.held_back("other-model") == []
+    # An available peer is a candidate, never held back.
+    w.remote.record_report("eu", _beat("eu", queue=1))
+    assert [t.target_id for t in w.remote.candidates(MODEL)] == ["eu"]
+    assert [t.target_id for t in w.remote.held_back(MODEL)] == ["ap"]
+    w.clock.now += 2.5  # older than max_age_s: a stale report says nothing
+    assert w.remote.held_back(MODEL) == []
+
+
 def test_local_replica_freed_by_a_probe_or_completion_wins_again() -> None:
     w = World()
     w.local.record_probe("a", EngineLoad(running=0, waiting=0, kv_usage=0.0))

@@ -109,9 +109,14 @@ class ForwardTerms:
 
 
 def best_peer(
-    terms: ForwardTerms, peers: Sequence[TargetState], at_peers: Mapping[str, int]
+    terms: ForwardTerms,
+    peers: Sequence[TargetState],
+    at_peers: Mapping[str, int],
+    queued_s: Mapping[str, float] | None = None,
 ) -> Choice:
-    """The cheapest peer to forward to, and its price (ties to the lower id)."""
+    """The cheapest peer to forward to, and its price (ties to the lower id);
+    ``queued_s``: the wait in the queue of each held-back peer, by id."""
+    waits = queued_s or {}
     left_behind = 0.0
     if terms.home_uncached is not None:
         left_behind = terms.reuse * (terms.home_uncached + terms.output) * terms.per_token
@@ -142,7 +147,8 @@ def best_peer(
         # steady state: an LRU keeps everything until it needs the room), reused
         # about as often as here: each copied token is one they will prefill again.
         displaced = terms.displace_weight * terms.reuse * uncached * prefill
-        return rtt + peer.extra.get("estimate_s", 0.0) + here + lost + displaced
+        wait = peer.extra.get("estimate_s", 0.0) + waits.get(peer.target_id, 0.0)
+        return rtt + wait + here + lost + displaced
 
     best = min(peers, key=lambda p: (cost(p), p.target_id))
     return Choice(Option.PEER, best, cost(best))

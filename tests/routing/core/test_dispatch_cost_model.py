@@ -167,3 +167,30 @@ def test_a_region_reports_what_its_replicas_hold_and_peers_forward_by_it() -> No
     clock3, _, remote3, core3 = build(("b",), (NEAR,))
     remote3.record_report("near", told)
     assert sent_to(core3.arrive(ticket("again", 4160), clock3.now)) == "near"
+
+
+def test_a_document_held_by_a_peer_with_no_room_is_forwarded_to_wait_there() -> None:
+    # The peer holds a 4,096-token document (its digest says so), and its one replica
+    # queues 1,200 tokens of other prefill: over the admission limit, so the peer
+    # reports no room and Algorithm 1 would not forward there at all.
+    clock, local, remote, core = build(("a",))
+    doc = ticket("doc", 4096)
+    assert sent_to(core.arrive(doc, clock.now)) == "a"
+    core.first_token(doc, clock.now + 2.2)
+    other = Ticket(RequestDescriptor("other", MODEL, 1200, tuple(range(700, 775))), "other")
+    assert sent_to(core.arrive(other, clock.now)) == "a"
+    report = availability_report(
+        balancer="near", region="eu", url="http://near", ts=clock.now,
+        local=local, remote=remote, queue_lengths={MODEL: 0},
+    )  # fmt: skip
+    assert report.models == {MODEL: 0}
+    clock2, _, remote2, core2 = build(("b",), (NEAR,))
+    remote2.record_report("near", Heartbeat.from_json(report.to_json()))
+    assert remote2.candidates(MODEL) == []
+    assert [p.target_id for p in remote2.held_back(MODEL)] == ["near"]
+    # The document's next request goes to wait for the peer's replica (80 ms, then
+    # 1,200 queued tokens), not cold onto idle b (4,160 tokens of prefill) ...
+    assert sent_to(core2.arrive(ticket("again", 4160), clock2.now)) == "near"
+    # ... while a prompt the peer holds nothing of stays here.
+    cold = Ticket(RequestDescriptor("cold", MODEL, 800, tuple(range(900, 950))), "cold")
+    assert sent_to(core2.arrive(cold, clock2.now)) == "b"

@@ -266,6 +266,39 @@ def test_a_program_living_at_a_peer_follows_it_there_before_the_wait_limit() -> 
     assert policy.choose(follow_up, [], [home], [ap]).option is Option.WAIT
 
 
+def test_a_program_follows_a_held_back_peer_and_nothing_else_goes_there() -> None:
+    config = MeridianConfig(admission_tokens=1000, kv_capacity_tokens=4096)
+    policy = MeridianPolicy(config)
+    home, eu = target("home"), peer("eu", rtt_ms=80.0)
+    policy.select(sized(3000, "burst"), [home])  # home queues 3,000 tokens of prefill
+    question = request(prefix(1, 30))  # 480 tokens nobody holds
+    assert policy.choose(question, [], [home], [eu]).target is eu
+    # eu has no room now (held back): the program's next request still follows it,
+    # to wait in eu's queue rather than copy the whole program cold here ...
+    branch = request(prefix(2, 4, prefix(1, 30)))
+    follow = policy.choose(branch, [], [home], [], held_back_peers=[eu])
+    assert follow.target is eu
+    # Its price counts the requests eu says it queues, each a typical one here,
+    # spread over eu's healthy replicas; a long enough queue keeps it home.
+    empty = policy.choose(branch, [], [home], [], held_back_peers=[eu])
+    eu.waiting, eu.extra["healthy_replicas"] = 10, 2.0
+    queued = policy.choose(branch, [], [home], [], held_back_peers=[eu])
+    typical_s = policy.mean_uncached * RATE
+    assert queued.cost_s - empty.cost_s == pytest.approx(10 * typical_s / 2)
+    eu.waiting = 1000
+    assert policy.choose(branch, [], [home], [], held_back_peers=[eu]).option is Option.WAIT
+    eu.waiting = 0
+    # ... but a prompt eu holds no more of than home is no reason to queue there.
+    assert policy.choose(sized(480, "new"), [], [home], [], held_back_peers=[eu]).option is (
+        Option.WAIT
+    )
+    # Nor is a program that lives here.
+    local = request(prefix(3, 30))
+    policy.select(local, [home])
+    turn = request(prefix(4, 2, prefix(3, 30)))
+    assert policy.choose(turn, [], [home], [], held_back_peers=[eu]).option is Option.WAIT
+
+
 def test_queued_requests_ahead_make_waiting_dearer() -> None:
     policy = MeridianPolicy(
         MeridianConfig(admission_tokens=100, affinity_tokens=1 << 20, decode_weight=0.0)
