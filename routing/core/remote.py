@@ -187,19 +187,24 @@ class RemoteRouter:
             if link.spec.name not in exclude and self.is_available(link, model, now)
         ]
 
-    def held_back(self, model: str, exclude: AbstractSet[str] = frozenset()) -> list[TargetState]:
-        """Peers that serve ``model`` but are not available (no replica admitting, or
-        a queue past τ), as targets, nearest first.  A request forwarded there waits
-        in that region's queue; a cost model weighs them for a request whose program
-        already lives there (``CostModel.choose``'s ``held_back_peers``)."""
+    def peer_options(
+        self, model: str, exclude: AbstractSet[str] = frozenset()
+    ) -> tuple[list[TargetState], list[TargetState]]:
+        """The available peers for ``model`` and the held-back ones (serving it, no
+        replica admitting or a queue past τ: a request forwarded there waits in that
+        region's queue), each nearest first, in one pass over the links.  A cost
+        model weighs both (``CostModel.choose``'s ``held_back_peers``)."""
         now = self.clock()
-        return [
-            self._as_target(link, model)
-            for link in self.links()
-            if link.spec.name not in exclude
-            and self._serves(link, model, now)
-            and not self.is_available(link, model, now)
-        ]
+        available: list[TargetState] = []
+        held_back: list[TargetState] = []
+        for link in self.links():
+            if link.spec.name in exclude:
+                continue
+            if self.is_available(link, model, now):
+                available.append(self._as_target(link, model))
+            elif self._serves(link, model, now):
+                held_back.append(self._as_target(link, model))
+        return available, held_back
 
     @staticmethod
     def _as_target(link: PeerLink, model: str) -> TargetState:
@@ -361,8 +366,7 @@ def place_by_cost(
     peers: list[TargetState] = []
     held_back: list[TargetState] = []
     if not request.forwarded:
-        peers = remote.candidates(request.model, tried_peers)
-        held_back = remote.held_back(request.model, tried_peers)
+        peers, held_back = remote.peer_options(request.model, tried_peers)
     choice = cost_model.choose(
         request, options.available, options.held_back, peers,
         held_back_peers=held_back, waited_s=waited_s, queued_ahead=queued_ahead,

@@ -157,15 +157,16 @@ def test_held_back_peers_serve_the_model_without_room_now() -> None:
     w.remote.record_report("ap", _beat("ap", available=0))
     # Neither is a candidate, both serve the model: a forward would wait in their queue.
     assert w.remote.candidates(MODEL) == []
-    assert [t.target_id for t in w.remote.held_back(MODEL)] == ["eu", "ap"]  # nearest first
-    assert [t.target_id for t in w.remote.held_back(MODEL, frozenset({"eu"}))] == ["ap"]
-    assert w.remote.held_back("other-model") == []
+    assert [t.target_id for t in w.remote.peer_options(MODEL)[1]] == ["eu", "ap"]  # nearest first
+    assert [t.target_id for t in w.remote.peer_options(MODEL, frozenset({"eu"}))[1]] == ["ap"]
+    assert w.remote.peer_options("other-model")[1] == []
     # An available peer is a candidate, never held back.
     w.remote.record_report("eu", _beat("eu", queue=1))
     assert [t.target_id for t in w.remote.candidates(MODEL)] == ["eu"]
-    assert [t.target_id for t in w.remote.held_back(MODEL)] == ["ap"]
+    assert [t.target_id for t in w.remote.peer_options(MODEL)[1]] == ["ap"]
+    assert w.remote.peer_options(MODEL)[0] == w.remote.candidates(MODEL)
     w.clock.now += 2.5  # older than max_age_s: a stale report says nothing
-    assert w.remote.held_back(MODEL) == []
+    assert w.remote.peer_options(MODEL)[1] == []
 
 
 def test_local_replica_freed_by_a_probe_or_completion_wins_again() -> None:

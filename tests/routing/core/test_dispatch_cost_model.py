@@ -187,7 +187,7 @@ def test_a_document_held_by_a_peer_with_no_room_is_forwarded_to_wait_there() -> 
     clock2, _, remote2, core2 = build(("b",), (NEAR,))
     remote2.record_report("near", Heartbeat.from_json(report.to_json()))
     assert remote2.candidates(MODEL) == []
-    assert [p.target_id for p in remote2.held_back(MODEL)] == ["near"]
+    assert [p.target_id for p in remote2.peer_options(MODEL)[1]] == ["near"]
     # The document's next request goes to wait for the peer's replica (80 ms, then
     # 1,200 queued tokens), not cold onto idle b (4,160 tokens of prefill) ...
     assert sent_to(core2.arrive(ticket("again", 4160), clock2.now)) == "near"
