@@ -83,7 +83,7 @@ from routing.peers import AvailabilityPoller, HttpReportFetch, PeerDirectory
 from routing.prober import ReplicaProber
 from routing.queue_pump import QueuePump, Waiter, alive
 from routing.shared_state import SharedStateSync
-from routing.telemetry import BalancerMetrics, QueueSnapshot
+from routing.telemetry import BalancerMetrics, QueueSnapshot, event_loop_name
 from routing.topology import BalancerNotConfiguredError, refresh_snapshot_async
 from routing.transport import (
     DemoLatency,
@@ -275,7 +275,7 @@ class BalancerRuntime:
             thread_chars=config.tokenize_thread_chars,
             cache_tokens=config.tokenize_cache_tokens,
         )
-        self.metrics = BalancerMetrics(config.balancer)
+        self.metrics = BalancerMetrics(config.balancer, event_loop_name(loop))
         self.router = LocalRouter(
             _policy_or_default,
             max_outstanding=config.max_outstanding,

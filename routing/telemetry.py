@@ -53,12 +53,22 @@ class QueueSnapshot:
     oldest_wait_s: float
 
 
+def event_loop_name(loop: object) -> str:
+    """The event loop's library: ``uvloop`` under uvicorn where it is installed (the
+    balancers' loop, ``docs/performance.md``), ``asyncio`` under daphne or without it."""
+    return type(loop).__module__.partition(".")[0]
+
+
 class BalancerMetrics:
-    def __init__(self, balancer: str) -> None:
+    def __init__(self, balancer: str, event_loop: str = "") -> None:
         self.registry = MetricsRegistry()
         r = self.registry
-        self.info = r.gauge("meridian_balancer_info", "This balancer (always 1).", ["balancer"])
-        self.info.set(1, balancer)
+        self.info = r.gauge(
+            "meridian_balancer_info",
+            "This balancer (always 1), and the event loop it runs on.",
+            ["balancer", "event_loop"],
+        )
+        self.info.set(1, balancer, event_loop)
         self.requests = r.counter(
             "meridian_requests_total",
             "Finished requests by model, HTTP status and route.",

@@ -19,7 +19,7 @@ from django.conf import settings
 from ops import http_probe
 from ops.stack.plan import BALANCER_SERVERS, balancer_argv
 from routing.core.peers import heartbeat_key
-from tests.support.balancers import MODEL, TopologyFactory, client, start_replicas
+from tests.support.balancers import MODEL, TopologyFactory, client, metric_value, start_replicas
 from tests.support.polling import eventually
 from tests.support.processes import ProcessGroup, free_port
 
@@ -66,6 +66,11 @@ def test_balancer_heartbeats_before_any_request_and_stops_cleanly(
         model=MODEL, prompt="started early", max_tokens=2
     )
     assert reply.choices[0].text
+    # uvicorn runs the balancer on uvloop (a dependency, --loop auto); daphne's Twisted
+    # reactor runs on asyncio's own loop.
+    event_loop = "uvloop" if server == "uvicorn" else "asyncio"
+    info = f'meridian_balancer_info{{balancer="{name}",event_loop="{event_loop}"}}'
+    assert metric_value(f"http://127.0.0.1:{port}", info) == 1.0
     # A balancer's port serves the data plane only: no admin login, no console.
     for path in ("/admin/login/", "/console/charts"):
         assert http_probe.get(f"http://127.0.0.1:{port}{path}").status_code == 404
