@@ -1,4 +1,4 @@
-"""Selective pushing's availability rules (SkyLB §3.3): SP-P, SP-O and blind."""
+"""Selective pushing's availability rules (SkyLB §3.3): SP-P, SP-O, blind and tokens."""
 
 from __future__ import annotations
 
@@ -82,6 +82,24 @@ def test_sp_o_is_a_fixed_outstanding_cap_whatever_the_probe_says() -> None:
     busy = _probed(waiting=9)
     assert is_available(_target(outstanding=2), busy, sp_o, LIMITS, now=10.1)
     assert not is_available(_target(outstanding=3), _probed(), sp_o, LIMITS, now=10.1)
+
+
+def test_tokens_admits_by_the_policy_and_caps_only_an_engine_that_queues() -> None:
+    tokens = PushingConfig(PushingMode.TOKENS)
+    admitting, full = (lambda _: True), (lambda _: False)
+    assert is_available(_target(outstanding=2), _probed(), tokens, LIMITS, 10.1, admitting)
+    # The policy's admission limit (queued prefill tokens) holds whatever the count.
+    assert not is_available(_target(), _probed(), tokens, LIMITS, 10.1, full)
+    # Past SP-O's cap, an engine whose latest fresh probe queues nothing has batch room...
+    at_cap = _target(outstanding=3)
+    assert is_available(at_cap, _probed(running=3), tokens, LIMITS, 10.1, admitting)
+    # ...one that queues is full, and without a fresh probe the cap holds.
+    assert not is_available(at_cap, _probed(waiting=1), tokens, LIMITS, 10.1, admitting)
+    assert not is_available(at_cap, ProbeMark(), tokens, LIMITS, 10.1, admitting)
+    assert not is_available(at_cap, _probed(running=3), tokens, LIMITS, 12.5, admitting)
+    # A policy that prices nothing (no admission limit) gets SP-O's cap.
+    assert not is_available(at_cap, _probed(running=3), tokens, LIMITS, 10.1)
+    assert is_available(_target(outstanding=2), _probed(waiting=4), tokens, LIMITS, 10.1)
 
 
 def test_blind_pushing_takes_any_healthy_replica() -> None:
