@@ -8,8 +8,8 @@ from typing import Any, cast
 from django import forms
 from django.conf import settings
 
+from core.registry import policy_names
 from fleet.models import Balancer, Region, RegionLatency, Replica, ServiceConfig, Zone
-from routing.core.registry import policy_names
 
 
 class RegionForm(forms.ModelForm):

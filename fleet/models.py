@@ -13,7 +13,7 @@ from django.core.exceptions import ValidationError
 from django.db import models
 from django.utils import timezone
 
-from routing.core.key_limits import (
+from core.key_limits import (
     BUDGET_PERIODS,
     DEFAULT_BUDGET_PERIOD,
     NO_LIMITS,
@@ -281,7 +281,7 @@ class ApiKey(models.Model):
     key_hash = models.CharField(max_length=64, unique=True)
     created_at = models.DateTimeField(default=timezone.now)
     revoked = models.BooleanField(default=False)
-    # Limits (routing.core.key_limits), held across every balancer through Redis; empty: none.
+    # Limits (core.key_limits), held across every balancer through Redis; empty: none.
     requests_per_minute = models.PositiveIntegerField(null=True, blank=True)
     tokens_per_minute = models.PositiveBigIntegerField(null=True, blank=True)
     max_concurrent = models.PositiveIntegerField(

@@ -180,7 +180,7 @@ MERIDIAN_MODEL_TOKENIZERS = env_map("MERIDIAN_MODEL_TOKENIZERS")
 MERIDIAN_LORA_ADAPTERS = env_map("MERIDIAN_LORA_ADAPTERS")
 # Prompts longer than this many characters are tokenized in a worker thread.
 MERIDIAN_TOKENIZE_THREAD_CHARS = env_int("MERIDIAN_TOKENIZE_THREAD_CHARS", 16384, minimum=0)
-# Token ids each model's segment cache keeps (routing.core.segments); 0 turns it off.
+# Token ids each model's segment cache keeps (core.segments); 0 turns it off.
 MERIDIAN_TOKENIZE_CACHE_TOKENS = env_int("MERIDIAN_TOKENIZE_CACHE_TOKENS", 1_000_000, minimum=0)
 # How often a balancer checks topology and API keys in the database (off the hot path):
 # one row's token (fleet.topology_change), and every table only when it moved.
@@ -190,7 +190,7 @@ MERIDIAN_TOPOLOGY_FULL_REFRESH_S = env_float("MERIDIAN_TOPOLOGY_FULL_REFRESH_S",
 # In-process replica /metrics probe period: SP-P selective pushing reads waiting requests
 # from it, so it is sub-second (routing.prober).
 MERIDIAN_PROBE_INTERVAL_S = env_float("MERIDIAN_PROBE_INTERVAL_S", 0.25, minimum=0.05)
-# With no traffic the gap between probe rounds doubles up to this (routing.core.probe_schedule).
+# With no traffic the gap between probe rounds doubles up to this (core.probe_schedule).
 MERIDIAN_PROBE_IDLE_INTERVAL_S = env_float("MERIDIAN_PROBE_IDLE_INTERVAL_S", 5.0, minimum=0.05)
 MERIDIAN_PROBE_TIMEOUT_S = env_float("MERIDIAN_PROBE_TIMEOUT_S", 1.0, minimum=0.05)
 MERIDIAN_HEARTBEAT_INTERVAL_S = env_float("MERIDIAN_HEARTBEAT_INTERVAL_S", 1.0, minimum=0.1)
@@ -218,10 +218,10 @@ MERIDIAN_UPSTREAM_CONNECT_TIMEOUT_S = env_float("MERIDIAN_UPSTREAM_CONNECT_TIMEO
 MERIDIAN_UPSTREAM_WARM_CONNECTIONS = env_int("MERIDIAN_UPSTREAM_WARM_CONNECTIONS", 8, minimum=0)
 MERIDIAN_UPSTREAM_READ_TIMEOUT_S = env_float("MERIDIAN_UPSTREAM_READ_TIMEOUT_S", 300.0)
 MERIDIAN_MAX_ATTEMPTS = env_int("MERIDIAN_MAX_ATTEMPTS", 3, minimum=1)
-# A retry waits a random time up to min(MAX, BACKOFF * 2^(n-1)) first (routing.core.backoff).
+# A retry waits a random time up to min(MAX, BACKOFF * 2^(n-1)) first (core.backoff).
 MERIDIAN_RETRY_BACKOFF_S = env_float("MERIDIAN_RETRY_BACKOFF_S", 0.025, minimum=0.0)
 MERIDIAN_RETRY_BACKOFF_MAX_S = env_float("MERIDIAN_RETRY_BACKOFF_MAX_S", 0.5, minimum=0.0)
-# Per-replica circuit breaker (routing.core.breaker): after a failure the replica is held
+# Per-replica circuit breaker (core.breaker): after a failure the replica is held
 # down (doubling while it keeps failing, up to MAX), then READMIT_PROBES good probes in a
 # row readmit it.
 MERIDIAN_BREAKER_HOLD_DOWN_S = env_float("MERIDIAN_BREAKER_HOLD_DOWN_S", 1.0, minimum=0.0)
@@ -338,10 +338,10 @@ MERIDIAN_METRICS_TOKEN = env_str("MERIDIAN_METRICS_TOKEN", "")
 # ~100 ms batches), and the Celery beat period of the full cache-state sync (002 §4.4).
 MERIDIAN_KV_EVENTS_BATCH_S = env_float("MERIDIAN_KV_EVENTS_BATCH_S", 0.1, minimum=0.01)
 MERIDIAN_CACHE_SYNC_PERIOD_S = env_float("MERIDIAN_CACHE_SYNC_PERIOD_S", 5.0, minimum=0.5)
-# Stream health (routing/core/kv_stream_health.py): probe intervals in which a replica
+# Stream health (core/kv_stream_health.py): probe intervals in which a replica
 # misses prefix-cache queries while no KV event arrives before its stream is "silent".
 MERIDIAN_KV_SILENT_PROBES = env_int("MERIDIAN_KV_SILENT_PROBES", 10, minimum=1)
-# Hit-rate mismatch detector (routing/core/cache_view_check.py): over a replica's last
+# Hit-rate mismatch detector (core/cache_view_check.py): over a replica's last
 # WINDOW requests (once MIN_REQUESTS are in), a share of requests above THRESHOLD whose
 # expected and reported cached tokens differ by more than one block means "mismatch".
 MERIDIAN_CACHE_MISMATCH_WINDOW = env_int("MERIDIAN_CACHE_MISMATCH_WINDOW", 50, minimum=1)

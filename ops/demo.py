@@ -14,8 +14,8 @@ from decimal import Decimal
 
 from django.db import transaction
 
+from core.registry import DEFAULT_POLICY
 from fleet.models import Balancer, Region, RegionLatency, Replica, ServiceConfig, Zone
-from routing.core.registry import DEFAULT_POLICY
 
 DEMO_MODEL = "meridian-demo"
 

@@ -1,12 +1,12 @@
 """The regional balancer: an OpenAI-compatible streaming proxy (SkyLB's two layers).
 
-``routing/core/`` is pure Python shared with the simulator and the benchmarks
-(policies, request descriptors, leases, the metrics registry and parsers, the
-SSE relay, SP-P/SP-O/blind availability, the regional FCFS queue, the local
-and remote layers, Algorithm 1's placement, and ``dispatch.py``: the sans-IO
-dispatch core that decides placement, queue hand-off, retries and deadlines
-for both the balancer and the simulator).  Beside it, the glue that runs
-inside the ASGI server (uvicorn for balancers by default, or daphne):
+Its decisions live below it, in the top-level package ``core``: pure Python shared with the
+simulator and the benchmarks (policies, request descriptors, leases, the metrics registry
+and parsers, the SSE relay, SP-P/SP-O/blind availability, the regional FCFS queue, the local
+and remote layers, Algorithm 1's placement, and ``dispatch.py``: the sans-IO dispatch core
+that decides placement, queue hand-off, retries and deadlines for both the balancer and the
+simulator).  This package is the glue around it that runs inside the ASGI server (uvicorn
+for balancers by default, or daphne):
 
 * ``views/completions.py``: ``POST /v1/chat/completions`` and ``/v1/completions``;
 * ``views/ops.py``: ``/v1/models``, ``/health``, ``/metrics``;

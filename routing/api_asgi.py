@@ -33,9 +33,9 @@ from django.core.handlers.asgi import ASGIHandler, get_script_prefix
 from django.http import HttpRequest, HttpResponseBase
 from django.urls import set_script_prefix
 
+from core import errors
 from routing.asgi_types import ASGIApp, Receive, Scope, Send
 from routing.calls import ROUTE_FORWARDED_IN, ROUTE_LOCAL
-from routing.core import errors
 from routing.errors import error_response
 from routing.internal_auth import forwarded_by_peer
 from routing.process import current_runtime

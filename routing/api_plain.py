@@ -30,10 +30,10 @@ import logging
 from collections.abc import AsyncGenerator
 from typing import Any
 
+from core import errors
+from core.openai_request import Endpoint
 from routing.asgi_types import DIRECT_BODY, ASGIApp, BodyWriter, Receive, Scope, Send
 from routing.calls import ROUTE_FORWARDED_IN, ROUTE_LOCAL, ApiRequest, Headers, ProxyResponse
-from routing.core import errors
-from routing.core.openai_request import Endpoint
 from routing.errors import error_description
 from routing.internal_auth import forwarded_with
 from routing.process import current_runtime

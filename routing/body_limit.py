@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import json
 
+from core import errors
 from routing.asgi_types import ASGIApp, Message, Receive, Scope, Send
-from routing.core import errors
 
 LIMITED_PREFIX = "/v1/"
 

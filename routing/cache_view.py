@@ -2,7 +2,7 @@
 
 ``expect`` runs when a request is placed on a replica, before the replica has
 done anything with it: the confirmed blocks the cache map holds for that
-replica, times the block size (``routing.core.cache_view_check``).  Computed at
+replica, times the block size (``core.cache_view_check``).  Computed at
 completion instead, it would count the blocks this very request stored.
 ``observe`` runs when the request finished with usage, and feeds the detector;
 a change of state is logged once.  Replicas without a KV-event stream, and
@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from routing.core.cache_view_check import (
+from core.cache_view_check import (
     MISMATCH_ADVICE,
     MismatchConfig,
     MismatchDetector,
@@ -22,7 +22,7 @@ from routing.core.cache_view_check import (
     confirmed_prefix_blocks,
     expected_cached_tokens,
 )
-from routing.core.types import RequestDescriptor
+from core.types import RequestDescriptor
 from routing.kv_events import KVEventConsumer
 from routing.telemetry import BalancerMetrics
 

@@ -17,9 +17,9 @@ from collections.abc import AsyncIterable, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TypeVar, overload
 
-from routing.core.openai_request import CompletionRequest
-from routing.core.sse import Usage
-from routing.core.types import RequestDescriptor
+from core.openai_request import CompletionRequest
+from core.sse import Usage
+from core.types import RequestDescriptor
 
 _T = TypeVar("_T")
 

@@ -1,7 +1,7 @@
 """Send one validated request somewhere: the I/O around the dispatch core.
 
 Where a request goes, when it waits and when it is refused is decided by
-``routing.core.dispatch.DispatchCore`` (SkyLB's Algorithm 1 behind the regional
+``core.dispatch.DispatchCore`` (SkyLB's Algorithm 1 behind the regional
 FCFS queue, retries on another target, deadlines); this module carries those
 decisions out on the balancer's event loop: it builds the replica's or the
 peer's request (hop header ``X-Meridian-Forwarded-From`` on a forward: never a
@@ -25,12 +25,12 @@ import json
 import logging
 import time
 
+from core import errors
+from core.dispatch import Decision, DispatchCore, Failure, Refuse, Send, Ticket, Wait
+from core.remote import Placement
+from core.sse import SseRelay, Usage
 from routing.cache_view import CacheViewMonitor
 from routing.calls import HOP_HEADER, ROUTE_FORWARDED_OUT, ProxyCall, ProxyResponse
-from routing.core import errors
-from routing.core.dispatch import Decision, DispatchCore, Failure, Refuse, Send, Ticket, Wait
-from routing.core.remote import Placement
-from routing.core.sse import SseRelay, Usage
 from routing.internal_auth import PEER_TOKEN_HEADER
 from routing.queue_pump import QueuePump, Waiter
 from routing.telemetry import CLIENT_CLOSED, BalancerMetrics

@@ -1,4 +1,4 @@
-"""Turn ``routing.core.errors.ApiError`` into the HTTP response a client sees, and a
+"""Turn ``core.errors.ApiError`` into the HTTP response a client sees, and a
 view's ``ProxyResponse`` into Django's response for the views Django serves."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import json
 
 from django.http import HttpResponse, HttpResponseBase, JsonResponse, StreamingHttpResponse
 
+from core.errors import ApiError
 from routing.calls import ProxyResponse
-from routing.core.errors import ApiError
 
 JSON = "application/json"
 

@@ -1,4 +1,4 @@
-"""Build the balancer's load forecast (``routing.core.load_forecast``) from settings.
+"""Build the balancer's load forecast (``core.load_forecast``) from settings.
 
 The predictor is chosen by name (``MERIDIAN_LENGTH_PREDICTOR``): ``none``,
 ``session-mean`` or ``learned``; the learned one may start from a state saved by
@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from routing.core.load_anticipator import AnticipatorConfig
-from routing.core.load_forecast import ForecastConfig, LoadForecast
-from routing.core.predictors import LIVE_PREDICTORS, build_predictor
+from core.load_anticipator import AnticipatorConfig
+from core.load_forecast import ForecastConfig, LoadForecast
+from core.predictors import LIVE_PREDICTORS, build_predictor
 
 
 def build_forecast(

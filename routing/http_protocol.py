@@ -41,8 +41,8 @@ from typing import Any
 from django.conf import settings
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
+from core import errors
 from routing.asgi_types import DIRECT_BODY, Message, Send
-from routing.core import errors
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,6 +1,6 @@
 """Per-key limits and usage in Redis: one Lua script per admission, one per finish.
 
-The decision is ``routing.core.key_limits.decide``; ``ADMIT_SCRIPT`` runs the same checks
+The decision is ``core.key_limits.decide``; ``ADMIT_SCRIPT`` runs the same checks
 atomically next to the counters, so every balancer process and region sharing the Redis
 at ``REDIS_URL`` sees one count.  Clock: Redis's own ``TIME`` (one clock for every
 process; no skew between hosts).  Keys, per API key hash ``h`` (all under one hash tag):
@@ -43,7 +43,7 @@ from typing import Any
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
-from routing.core.key_limits import (
+from core.key_limits import (
     USAGE_FIELDS,
     WINDOW_MS,
     Admission,
@@ -54,7 +54,7 @@ from routing.core.key_limits import (
     rate_limit_headers,
     usage_key,
 )
-from routing.core.sse import Usage
+from core.sse import Usage
 from routing.telemetry import BalancerMetrics
 
 logger = logging.getLogger(__name__)

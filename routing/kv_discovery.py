@@ -3,7 +3,7 @@
 An endpoint named in the service's ``policy_params["kv_events"]`` is the address to
 dial, as the operator wrote it (a ``*`` host is read as the replica's host).
 Otherwise the replica is asked: vLLM 0.32 and the emulated replica both serve
-``GET /kv_event_sources`` (``routing.core.kv_sources`` reads it).  The lowest
+``GET /kv_event_sources`` (``core.kv_sources`` reads it).  The lowest
 data-parallel rank's publisher is used: one Meridian replica is one URL, and a
 data-parallel vLLM behind one URL is one replica to route to.
 
@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from routing.core.kv_sources import (
+from core.kv_sources import (
     DISCOVERY_PATH,
     dial_address,
     is_bind_endpoint,

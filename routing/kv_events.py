@@ -15,13 +15,13 @@ with regions, and a balancer without Redis keeps its map current.
   or one whose endpoint makes vLLM connect instead of bind, is asked again after
   ``discovery_retry_s``.
 * Consumption: one SUB socket per replica (pyzmq asyncio); each message is decoded
-  (``routing.core.kv_events``), checked against the replica's sequence, and queued;
+  (``core.kv_events``), checked against the replica's sequence, and queued;
   ``flush`` (every ``MERIDIAN_KV_EVENTS_BATCH_S``) applies the queue in order, keyed
-  under the model's block scheme (``routing.core.event_keys``).  A store that cannot
+  under the model's block scheme (``core.event_keys``).  A store that cannot
   be keyed (``token_ids`` mode, parent never seen) is counted in ``orphans`` and,
   where the replica serves snapshots, resyncs it.
 * Gaps: a skipped sequence number means lost messages (PUB drops past its
-  high-water mark).  The steps of ``routing.core.kv_stream_health.gap_plan`` run
+  high-water mark).  The steps of ``core.kv_stream_health.gap_plan`` run
   at once: the publisher's replay endpoint resends the lost messages
   (``routing.kv_replay``), else an anti-entropy sync, else the replica's entries
   are cleared (an empty view is honest; one with holes is not).
@@ -56,10 +56,10 @@ import httpx
 import zmq
 import zmq.asyncio
 
-from routing.core.block_identity import BlockScheme, ModelBlockSchemes
-from routing.core.engine_metrics import EngineLoad
-from routing.core.event_keys import EventKeys, apply_events, keys_for
-from routing.core.kv_events import (
+from core.block_identity import BlockScheme, ModelBlockSchemes
+from core.engine_metrics import EngineLoad
+from core.event_keys import EventKeys, apply_events, keys_for
+from core.kv_events import (
     CacheEvent,
     EventBatch,
     KVEventDecodeError,
@@ -68,7 +68,7 @@ from routing.core.kv_events import (
     decode_message,
     split_kv_event_params,
 )
-from routing.core.kv_stream_health import (
+from core.kv_stream_health import (
     STATE_ADVICE,
     GapStep,
     ProbeSample,
@@ -76,8 +76,8 @@ from routing.core.kv_stream_health import (
     gap_plan,
     replay_heals,
 )
-from routing.core.policies.cache_map import CacheMapPolicy
-from routing.core.router import LocalRouter
+from core.policies.cache_map import CacheMapPolicy
+from core.router import LocalRouter
 from routing.kv_discovery import Discovered, discover, from_config
 from routing.kv_health import KVStreamHealth
 from routing.kv_replay import ReplayUnavailableError, replay_from

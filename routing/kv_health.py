@@ -1,6 +1,6 @@
 """Each tracked replica's KV-event stream state, told to a human once per change.
 
-The decisions are ``routing.core.kv_stream_health``'s; this keeps one
+The decisions are ``core.kv_stream_health``'s; this keeps one
 ``SilenceDetector`` per subscribed replica, turns discovery results and probe
 samples into a ``StreamState``, and logs a change of state once (a warning with
 what to fix, or the recovery), never once per probe.  ``/metrics``,
@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 
-from routing.core.kv_stream_health import (
+from core.kv_stream_health import (
     STATE_ADVICE,
     ProbeSample,
     SilenceConfig,

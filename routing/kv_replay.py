@@ -20,7 +20,7 @@ import asyncio
 import zmq
 import zmq.asyncio
 
-from routing.core.kv_events import EventBatch, KVEventDecodeError, decode_message
+from core.kv_events import EventBatch, KVEventDecodeError, decode_message
 
 END_SEQ = (-1).to_bytes(8, "big", signed=True)
 

@@ -18,8 +18,8 @@ import sys
 
 from django.conf import settings
 
+from core.errors import ApiError
 from routing.asgi_types import Receive, Scope, Send
-from routing.core.errors import ApiError
 from routing.runtime import current_runtime, get_runtime
 
 logger = logging.getLogger(__name__)

@@ -2,7 +2,7 @@
 
 Every ``MERIDIAN_LIVE_PUBLISH_S`` the runtime's own loop reads this balancer's
 counters and gauges (no HTTP, no other process involved), differences the counters
-against the previous round (``routing.core.live_feed``) and appends the record to its
+against the previous round (``core.live_feed``) and appends the record to its
 region's stream with ``XADD ... MAXLEN ~ MERIDIAN_LIVE_STREAM_MAXLEN``, so the stream
 holds about the last 15 minutes and never grows past its bound.
 
@@ -21,9 +21,8 @@ from typing import Protocol
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
-from routing.cache_view import CacheViewMonitor
-from routing.core.cache_view_check import replica_warnings
-from routing.core.live_feed import (
+from core.cache_view_check import replica_warnings
+from core.live_feed import (
     FIELD,
     Counters,
     LiveRecord,
@@ -31,10 +30,11 @@ from routing.core.live_feed import (
     counters_delta,
     stream_key,
 )
-from routing.core.load_forecast import LoadForecast
-from routing.core.remote import RemoteRouter
-from routing.core.router import LocalRouter
-from routing.core.topology import TopologySnapshot
+from core.load_forecast import LoadForecast
+from core.remote import RemoteRouter
+from core.router import LocalRouter
+from core.topology import TopologySnapshot
+from routing.cache_view import CacheViewMonitor
 from routing.kv_events import KVEventConsumer
 from routing.shared_state import SharedStateSync
 from routing.telemetry import BalancerMetrics, QueueSnapshot

@@ -5,7 +5,7 @@ layout (``tokenizer.json``, ``tokenizer_config.json``, optionally
 ``chat_template.jinja``) or a ``tokenizer.json`` path (its directory's
 ``tokenizer_config.json`` is read when there is one).  This module reads the
 files at start-up, so a missing or broken file stops the balancer with a clear
-message instead of routing on wrong tokens; ``routing.core.model_tokenizer``
+message instead of routing on wrong tokens; ``core.model_tokenizer``
 interprets them.  A model not named gets the fallback encoder (Meridian's word
 tokenizer, or ``MERIDIAN_TOKENIZER_JSON``, with Meridian's fixed template),
 which ``/internal/state`` reports as ``fallback``.
@@ -17,7 +17,7 @@ inline would stall every other request for milliseconds.  So prompts above
 worker thread (Hugging Face ``tokenizers`` releases the GIL while it encodes a
 batch); small ones stay inline, where a thread hop would cost more than it saves.
 Each encoder keeps a cache of the prompt segments it tokenized, at most
-``MERIDIAN_TOKENIZE_CACHE_TOKENS`` token ids (``routing.core.segments``), so a
+``MERIDIAN_TOKENIZE_CACHE_TOKENS`` token ids (``core.segments``), so a
 follow-up chat turn tokenizes only its new message.
 """
 
@@ -28,20 +28,20 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 
-from routing.core.model_tokenizer import (
+from core.model_tokenizer import (
     TOKENIZER_JSON,
     ModelTokenizer,
     TokenizerFiles,
     tokenizer_files,
 )
-from routing.core.prompts import (
+from core.prompts import (
     FallbackEncoder,
     Prompt,
     PromptEncoder,
     prompt_tokens,
 )
-from routing.core.segments import DEFAULT_CACHE_TOKENS
-from routing.core.tokenizer import build_tokenizer
+from core.segments import DEFAULT_CACHE_TOKENS
+from core.tokenizer import build_tokenizer
 
 
 def read_tokenizer_files(path: str) -> TokenizerFiles:

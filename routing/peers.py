@@ -31,9 +31,9 @@ import httpx
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
-from routing.core.peers import Heartbeat, heartbeat_key
-from routing.core.remote import PeerLink, RemoteRouter
-from routing.core.topology import PeerSpec
+from core.peers import Heartbeat, heartbeat_key
+from core.remote import PeerLink, RemoteRouter
+from core.topology import PeerSpec
 from routing.upstream import join_url
 
 logger = logging.getLogger(__name__)

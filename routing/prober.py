@@ -4,7 +4,7 @@ Each round (``MERIDIAN_PROBE_INTERVAL_S``, a few hundred ms) GETs every owned
 replica's ``/metrics`` concurrently through the relay's keep-alive pool
 (``routing.upstream_pool``: under load httpx's own cost was about half of a
 probe's, docs/performance.md), parses it with
-``routing.core.engine_metrics`` and feeds the router: running/waiting/KV usage
+``core.engine_metrics`` and feeds the router: running/waiting/KV usage
 for the policies and for SP-P availability (SkyLB §3.3, Algorithm 1 lines
 3-8), health for candidate filtering, and the engine's block size (from
 ``vllm:cache_config_info``) for the model's block scheme.  Every recorded probe wakes the
@@ -12,7 +12,7 @@ regional queue through the router's ``on_change``.
 
 ``MERIDIAN_PROBE_FAILURE_THRESHOLD`` consecutive failures make a replica
 unhealthy, as does a dispatch error; either opens its circuit breaker
-(``routing.core.breaker``): probes during the hold-down
+(``core.breaker``): probes during the hold-down
 (``MERIDIAN_BREAKER_HOLD_DOWN_S``) do not count, and after it
 ``MERIDIAN_BREAKER_READMIT_PROBES`` good probes in a row make it healthy again,
 so one good probe does not readmit a flapping replica.  Celery's slower
@@ -29,7 +29,7 @@ applied by the caller).
 
 Every ``MODELS_REFRESH_S`` a round also reads each replica's ``/v1/models``:
 vLLM lists its LoRA adapters there with the base model as ``parent``, which
-feeds the ``AdapterDirectory`` (``routing.core.lora``), so adapters need no
+feeds the ``AdapterDirectory`` (``core.lora``), so adapters need no
 configuration.  A replica whose ``/v1/models`` fails keeps what it listed last.  Those
 reads take the same pool: through httpx, each opened a new connection once the replica
 had closed the last one (its 5 s keep-alive), which an idle balancer's profile showed.
@@ -43,11 +43,11 @@ import json
 import logging
 from collections.abc import Callable, Iterable
 
-from routing.core.block_identity import ModelBlockSchemes
-from routing.core.engine_metrics import EngineLoad, MetricsFormatError, parse_engine_load
-from routing.core.lora import AdapterDirectory, adapters_in_models
-from routing.core.router import LocalRouter
-from routing.core.types import TargetState
+from core.block_identity import ModelBlockSchemes
+from core.engine_metrics import EngineLoad, MetricsFormatError, parse_engine_load
+from core.lora import AdapterDirectory, adapters_in_models
+from core.router import LocalRouter
+from core.types import TargetState
 from routing.telemetry import BalancerMetrics
 from routing.upstream import join_url
 from routing.upstream_pool import UpstreamError, UpstreamPool

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from django.conf import settings
 
-from routing.core import errors
+from core import errors
 
 if TYPE_CHECKING:
     from routing.runtime import BalancerRuntime

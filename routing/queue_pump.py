@@ -1,6 +1,6 @@
 """The dispatch core's regional queue on the balancer's event loop (SkyLB §3.3).
 
-Requests that found nothing available wait FCFS in ``routing.core.dispatch``;
+Requests that found nothing available wait FCFS in ``core.dispatch``;
 what to do with them is the core's decision, *when* to ask is this module's:
 
 * wake-ups (the routers' ``on_change``: a probe, a completion, a failure, a
@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Iterable
 
-from routing.core.dispatch import DispatchCore, Refuse, Send, Ticket
+from core.dispatch import DispatchCore, Refuse, Send, Ticket
 from routing.telemetry import QUEUE_CANCELLED, QUEUE_PLACED, QUEUE_TIMEOUT, BalancerMetrics
 
 # A millisecond of slack: the loop may fire a timer a hair before its time.

@@ -46,33 +46,33 @@ import httpx
 from django.conf import settings
 from django.db import DatabaseError
 
-from routing.cache_view import CacheViewMonitor
-from routing.core import errors
-from routing.core.auth_failures import AuthFailureLimiter
-from routing.core.backoff import RetryBackoff
-from routing.core.block_identity import (
+from core import errors
+from core.auth_failures import AuthFailureLimiter
+from core.backoff import RetryBackoff
+from core.block_identity import (
     BLOCK_IDENTITY_KEY,
     BlockIdentityConfig,
     ModelBlockSchemes,
     parse_block_identity,
 )
-from routing.core.breaker import BreakerConfig
-from routing.core.cache_view_check import MismatchConfig
-from routing.core.dispatch import DispatchCore, Ticket
-from routing.core.kv_events import split_kv_event_params
-from routing.core.kv_stream_health import SilenceConfig
-from routing.core.load_forecast import LoadForecast
-from routing.core.lora import AdapterDirectory
-from routing.core.peers import Heartbeat
-from routing.core.pending_queue import RegionalQueues
-from routing.core.policy import Policy
-from routing.core.probe_schedule import ProbeSchedule
-from routing.core.registry import UnknownPolicyError, build_policy, remote_policy_name
-from routing.core.remote import RemoteRouter, availability_report
-from routing.core.router import LocalRouter
-from routing.core.segments import DEFAULT_CACHE_TOKENS
-from routing.core.shared_state import SharedConfig
-from routing.core.topology import TopologySnapshot
+from core.breaker import BreakerConfig
+from core.cache_view_check import MismatchConfig
+from core.dispatch import DispatchCore, Ticket
+from core.kv_events import split_kv_event_params
+from core.kv_stream_health import SilenceConfig
+from core.load_forecast import LoadForecast
+from core.lora import AdapterDirectory
+from core.peers import Heartbeat
+from core.pending_queue import RegionalQueues
+from core.policy import Policy
+from core.probe_schedule import ProbeSchedule
+from core.registry import UnknownPolicyError, build_policy, remote_policy_name
+from core.remote import RemoteRouter, availability_report
+from core.router import LocalRouter
+from core.segments import DEFAULT_CACHE_TOKENS
+from core.shared_state import SharedConfig
+from core.topology import TopologySnapshot
+from routing.cache_view import CacheViewMonitor
 from routing.dispatch import Dispatcher
 from routing.forecast import build_forecast
 from routing.key_limits import KeyLimiter
@@ -487,7 +487,7 @@ class BalancerRuntime:
 
     def _spawn_probe_loop(self) -> asyncio.Task[None]:
         """Probe rounds every ``probe_interval_s`` under traffic, less often idle; the
-        first tick that sees traffic again probes at once (``routing.core.probe_schedule``)."""
+        first tick that sees traffic again probes at once (``core.probe_schedule``)."""
         config = self.config
         schedule = ProbeSchedule(
             config.probe_interval_s, max(config.probe_interval_s, config.probe_idle_interval_s)

@@ -1,6 +1,6 @@
 """Redis glue for the state shared by the processes behind one balancer address.
 
-``routing.core.shared_state`` decides what is shared and how it merges; this
+``core.shared_state`` decides what is shared and how it merges; this
 module carries it.  One exchange is one Lua script (``EVALSHA``), one round trip,
 atomic on the store:
 
@@ -40,9 +40,9 @@ from collections.abc import Sequence
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
-from routing.core.metrics import MetricsRegistry
-from routing.core.router import LocalRouter
-from routing.core.shared_state import (
+from core.metrics import MetricsRegistry
+from core.router import LocalRouter
+from core.shared_state import (
     ExchangePacer,
     LoggedRoute,
     ReplicaLoad,

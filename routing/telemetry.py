@@ -27,12 +27,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from routing.core.cache_view_check import ReplicaCheck, ViewState
-from routing.core.kv_stream_health import StreamState
-from routing.core.load_forecast import ReplicaForecast
-from routing.core.metrics import MetricsRegistry
-from routing.core.remote import RemoteRouter
-from routing.core.router import LocalRouter
+from core.cache_view_check import ReplicaCheck, ViewState
+from core.kv_stream_health import StreamState
+from core.load_forecast import ReplicaForecast
+from core.metrics import MetricsRegistry
+from core.remote import RemoteRouter
+from core.router import LocalRouter
 
 TTFT_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
 QUEUE_WAIT_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)

@@ -26,17 +26,17 @@ import time
 from channels.db import database_sync_to_async
 from django.db.models import Q
 
-from fleet.models import ApiKey, Balancer, RegionLatency, Replica, ServiceConfig
-from fleet.topology_change import current_token
-from routing.core.availability import (
+from core.availability import (
     PUSH_BUDGET_KEY,
     PUSHING_KEY,
     PushingConfig,
     split_pushing_params,
 )
-from routing.core.key_limits import NO_LIMITS, KeyLimits
-from routing.core.registry import default_pushing
-from routing.core.topology import ModelSpec, PeerSpec, ReplicaSpec, TopologySnapshot
+from core.key_limits import NO_LIMITS, KeyLimits
+from core.registry import default_pushing
+from core.topology import ModelSpec, PeerSpec, ReplicaSpec, TopologySnapshot
+from fleet.models import ApiKey, Balancer, RegionLatency, Replica, ServiceConfig
+from fleet.topology_change import current_token
 
 logger = logging.getLogger(__name__)
 PUSHING_KEYS = (PUSHING_KEY, PUSH_BUDGET_KEY)

@@ -35,8 +35,8 @@ from typing import Any, Protocol
 
 import httpx
 
-from routing.core.peers import Heartbeat
-from routing.core.topology import PeerSpec
+from core.peers import Heartbeat
+from core.topology import PeerSpec
 from routing.peers import ReportFetch
 from routing.upstream import Opened, UpstreamFailure, open_upstream
 from routing.upstream_pool import UpstreamPool

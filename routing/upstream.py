@@ -29,9 +29,9 @@ import weakref
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 
+from core.dispatch import Failure
+from core.sse import SseRelay
 from routing.asgi_types import BodyWriter
-from routing.core.dispatch import Failure
-from routing.core.sse import SseRelay
 from routing.upstream_pool import UpstreamError, UpstreamPool, UpstreamResponse
 
 logger = logging.getLogger(__name__)

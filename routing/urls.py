@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from django.urls import URLPattern, path, re_path
 
-from routing.core.openai_request import Endpoint
+from core.openai_request import Endpoint
 from routing.views import catalog, completions, internal, ops
 
 urlpatterns: list[URLPattern] = [

@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 import uuid
 
-from routing.core.tokenizer import Tokenizer
+from core.tokenizer import Tokenizer
 from sim.asgi_io import Driver, Receive, Send, send_json, until_disconnect
 from sim.engine import EngineRequest, pooling
 from sim.engine.openai_protocol import APIError

@@ -39,7 +39,7 @@ import msgpack
 import zmq
 import zmq.asyncio
 
-from routing.core.kv_sources import is_bind_endpoint
+from core.kv_sources import is_bind_endpoint
 from sim.engine.events import BlockStored, KVEvent, KVEventBuffer
 
 END_SEQ = (-1).to_bytes(8, "big", signed=True)

@@ -29,8 +29,8 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any, Literal
 
-from routing.core.prompts import PromptEncoder
-from routing.core.tokenizer import Tokenizer
+from core.prompts import PromptEncoder
+from core.tokenizer import Tokenizer
 from sim.asgi_io import (
     Receive,
     Scope,

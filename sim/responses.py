@@ -14,7 +14,7 @@ import time
 import uuid
 from typing import Any
 
-from routing.core.tokenizer import Tokenizer
+from core.tokenizer import Tokenizer
 from sim.asgi_io import Driver, Receive, Send, drain, send_json, start, until_disconnect
 from sim.engine import EngineRequest, RequestOutput, Vocabulary
 from sim.engine.openai_answers import Answer, usage

@@ -55,9 +55,9 @@ from typing import Any
 
 import uvicorn
 
-from routing.core.block_identity import VLLM_DEFAULT_SEED, HashAlgo
-from routing.core.model_tokenizer import ModelTokenizer, TokenizerFilesError, tokenizer_files
-from routing.core.tokenizer import Tokenizer, build_tokenizer
+from core.block_identity import VLLM_DEFAULT_SEED, HashAlgo
+from core.model_tokenizer import ModelTokenizer, TokenizerFilesError, tokenizer_files
+from core.tokenizer import Tokenizer, build_tokenizer
 from sim.engine import Engine, EngineConfig, Vocabulary, pooling
 from sim.engine.logprobs import DEFAULT_MAX_LOGPROBS
 from sim.engine.model_text import ModelText, model_words

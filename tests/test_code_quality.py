@@ -38,7 +38,7 @@ def test_mypy_finds_nothing() -> None:
 # simulator and tests run them bare).  ``workers.scaling`` is checked beside its glue in
 # tests/workers/test_layers.py.
 PURE = (
-    "routing.core",
+    "core",
     "sim.engine",
     "sim.des",
     "sim.workloads",

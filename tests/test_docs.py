@@ -14,7 +14,7 @@ from pathlib import Path
 
 from tests.support.processes import REPO_ROOT
 
-PACKAGES = ("meridian", "fleet", "console", "ops", "routing", "workers", "sim")
+PACKAGES = ("meridian", "fleet", "console", "ops", "core", "routing", "workers", "sim")
 ENV_READERS = {"env_str", "env_bool", "env_int", "env_float", "env_list", "env_map"}
 CONFIGURATION = REPO_ROOT / "docs" / "configuration.md"
 # Documented there but read by the test suite and make, not by Meridian's packages.

@@ -1,7 +1,7 @@
 """The house's layers: no module imports a package above its own, and nothing imports in a
 loop.
 
-Bottom to top (docs/architecture.md): the pure cores (``routing.core``, ``sim``), the data
+Bottom to top (docs/architecture.md): the pure cores (``core``, ``sim``), the data
 app (``fleet``), the balancer's and the control plane's glue (``routing``, ``workers``), the
 operator tooling (``ops``), the console, the Django project (``meridian``).  Imports inside
 functions count too: a late import is still a dependency.
@@ -15,7 +15,7 @@ from pathlib import Path
 from tests.support.processes import REPO_ROOT
 
 LAYERS: dict[str, int] = {
-    "routing.core": 0,
+    "core": 0,
     "sim": 0,
     "fleet": 1,
     "routing": 2,
@@ -24,7 +24,7 @@ LAYERS: dict[str, int] = {
     "console": 4,
     "meridian": 5,
 }
-PACKAGES = ("routing", "sim", "fleet", "workers", "ops", "console", "meridian")
+PACKAGES = ("core", "routing", "sim", "fleet", "workers", "ops", "console", "meridian")
 
 
 def layer_of(module: str) -> str | None:

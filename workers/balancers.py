@@ -1,6 +1,6 @@
 """Balancer liveness for the console and the controller, from the balancers' own heartbeats.
 
-Each balancer writes a heartbeat with a TTL into Redis (``routing.core.peers``).  Here
+Each balancer writes a heartbeat with a TTL into Redis (``core.peers``).  Here
 the control plane turns "is there a fresh heartbeat?" into the durable
 ``Balancer.state`` and an Event on every up/down transition.  A balancer whose key
 has expired or whose timestamp is older than ``max_age_s`` is down.
@@ -14,8 +14,8 @@ from datetime import UTC, datetime
 
 import redis
 
+from core.peers import Heartbeat, heartbeat_key
 from fleet.models import Balancer, Event
-from routing.core.peers import Heartbeat, heartbeat_key
 
 
 @dataclass(frozen=True)

@@ -21,8 +21,8 @@ from datetime import UTC, datetime
 import httpx
 from django.conf import settings
 
+from core.engine_metrics import MetricsFormatError, parse_engine_load
 from fleet.models import Event, Replica, ServiceConfig
-from routing.core.engine_metrics import MetricsFormatError, parse_engine_load
 from workers.providers.base import CloudProvider
 from workers.scaling.drain import (
     SCALE_DOWN,

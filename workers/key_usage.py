@@ -1,7 +1,7 @@
 """Per-key usage from Redis into the database: ``ApiKey.usage_*``.
 
 Balancers count each key's requests and prompt, cached and completion tokens in one
-Redis hash per key (``routing.core.key_limits.usage_key``: totals since the key was
+Redis hash per key (``core.key_limits.usage_key``: totals since the key was
 issued, added atomically by every balancer process of every region).  This pass
 copies those totals onto the ``ApiKey`` rows for the admin and the console: one
 pipelined round trip for every key, then one UPDATE per key whose counts changed.
@@ -17,8 +17,8 @@ from dataclasses import dataclass
 import redis
 from django.utils import timezone
 
+from core.key_limits import USAGE_FIELDS, usage_key
 from fleet.models import ApiKey
-from routing.core.key_limits import USAGE_FIELDS, usage_key
 
 logger = logging.getLogger(__name__)
 

@@ -12,11 +12,11 @@ from typing import Any
 
 from django.db import transaction
 
+from core.availability import split_pushing_params
+from core.block_identity import split_block_identity_params
+from core.kv_events import split_kv_event_params
+from core.registry import UnknownPolicyError, build_policy
 from fleet.models import Event, ServiceConfig
-from routing.core.availability import split_pushing_params
-from routing.core.block_identity import split_block_identity_params
-from routing.core.kv_events import split_kv_event_params
-from routing.core.registry import UnknownPolicyError, build_policy
 
 
 class PolicyConfigError(ValueError):

@@ -1,4 +1,4 @@
-"""Compute what rollups need from Prometheus text (parsed by ``routing.core.prom_text``).
+"""Compute what rollups need from Prometheus text (parsed by ``core.prom_text``).
 
 Pure functions (no Django, no I/O) so the arithmetic is testable on its own: counter
 deltas between two scrapes (a counter that went
@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 
-from routing.core.prom_text import Sample, parse
+from core.prom_text import Sample, parse
 
 __all__ = ["Sample", "counter_deltas", "histogram_quantile", "parse", "series_from_key"]
 

@@ -42,9 +42,9 @@ from django.db.models import Q, Sum
 from django.utils import timezone
 from django.utils.text import slugify
 
+from core.live_feed import FIELD, decode_all, latest_replicas, stream_key
+from core.policies.meridian import MeridianConfig
 from fleet.models import Event, MetricRollup, RegionLatency, Replica, ServiceConfig, Zone
-from routing.core.live_feed import FIELD, decode_all, latest_replicas, stream_key
-from routing.core.policies.meridian import MeridianConfig
 from workers import draining, forecasting
 from workers.providers.base import PREEMPTION_WARNING, CloudProvider, Instance, LaunchSpec, Notice
 from workers.scaling.autoscaler import AutoscalerConfig

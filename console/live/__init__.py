@@ -4,7 +4,7 @@
   balancer appends a record a second: ``routing.live_publish``): the last 15 minutes
   once, then what is new; and the replicas page's warnings from the newest records.
 * ``snapshot``: lays the records out per region and per replica for the pages (the
-  arithmetic is ``routing.core.live_feed``), with since when a quiet part is quiet.
+  arithmetic is ``core.live_feed``), with since when a quiet part is quiet.
 * ``messages``: group names and the typed payloads of Events and drill progress.
 * ``publish``: sync helpers that ``group_send`` a message, and the ``Event`` post-save
   hook that puts every new Event on the ``console.events`` group after commit.

@@ -19,8 +19,8 @@ import redis.asyncio as aioredis
 from django.utils import timezone
 
 from console.live.snapshot import BalancerRow, ReplicaRow
+from core.live_feed import FIELD, LiveRecord, decode_all, latest_replicas, stream_key
 from fleet.models import Balancer, Region, Replica
-from routing.core.live_feed import FIELD, LiveRecord, decode_all, latest_replicas, stream_key
 from workers.cost import hourly_cost_by_region
 
 # The charts' live window, read from the streams when a page opens.

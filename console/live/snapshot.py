@@ -2,7 +2,7 @@
 
 Inputs are plain data: the topology rows (regions, balancers, replicas), each
 region's recent ``LiveRecord``s read from its Redis stream (``console.live.feed``) and
-the hourly cost.  ``routing.core.live_feed`` does the arithmetic (rates over the last
+the hourly cost.  ``core.live_feed`` does the arithmetic (rates over the last
 seconds, TTFT quantiles, per-balancer gauges); this module lays it out per region and
 per replica the way the pages read it, and says since when a quiet component has
 sent nothing (``last_ts``), so a page shows "no data since HH:MM:SS", never a blank.
@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from routing.core.live_feed import (
+from core.live_feed import (
     LiveRecord,
     last_seen,
     latest_replicas,

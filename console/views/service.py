@@ -15,8 +15,8 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
 from console.forms import AutoscalingForm, PolicyForm
+from core.registry import policy_defaults, policy_names
 from fleet.models import Event, ServiceConfig
-from routing.core.registry import policy_defaults, policy_names
 from workers.policy_config import PolicyConfigError, set_policy
 
 

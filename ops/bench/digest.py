@@ -16,8 +16,8 @@ import random
 import time
 from collections.abc import Callable
 
-from routing.core.prefix_digest import PrefixDigest, digest_of
-from routing.core.radix_tree import RadixTree
+from core.prefix_digest import PrefixDigest, digest_of
+from core.radix_tree import RadixTree
 
 SHAPES = (("8k KV", 512), ("L4 32k", 2048), ("H100 480k", 30_000))
 TENANTS = ("r0", "r1", "r2", "r3")

@@ -23,8 +23,8 @@ from typing import Any, TextIO
 import redis
 from django.conf import settings
 
-from routing.core.key_limits import MAX_LIMIT, KeyLimits, key_prefix
-from routing.core.sse import Usage
+from core.key_limits import MAX_LIMIT, KeyLimits, key_prefix
+from core.sse import Usage
 from routing.key_limits import KeyLimiter
 from routing.telemetry import BalancerMetrics
 

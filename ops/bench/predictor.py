@@ -8,7 +8,7 @@ the test set when ``crc32(session key) % 5 == 0``: about 8:2, as in PreServe
 
 * ``none``: no prediction (``max_tokens``, unset in ShareGPT, so the default);
 * ``session-mean``: the mean of the conversation's earlier answers;
-* ``learned``: ``routing.core.learned_length``, bootstrapped on the training
+* ``learned``: ``core.learned_length``, bootstrapped on the training
   conversations (``--passes``), then, as in the balancer, predicting each test
   turn before observing its truth.
 
@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from routing.core.length_predictor import (
+from core.length_predictor import (
     LengthPredictor,
     NoPredictor,
     RequestFeatures,
@@ -39,7 +39,7 @@ from routing.core.length_predictor import (
     last_user_text,
     word_cues,
 )
-from routing.core.tokenizer import WordTokenizer, render_chat
+from core.tokenizer import WordTokenizer, render_chat
 from sim.workloads.program import ReplyOf
 from sim.workloads.sharegpt import ShareGptConversations
 
@@ -83,7 +83,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(options: dict[str, Any], stdout: TextIO) -> None:
-    from routing.core.learned_length import LearnedPredictor  # its library loads only here
+    from core.learned_length import LearnedPredictor  # its library loads only here
 
     examples = list(read_examples(Path(options["trace"]), options["limit"]))
     train = [e for e in examples if not held_out(e.session)]

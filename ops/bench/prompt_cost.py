@@ -16,7 +16,7 @@ Each size has two rows per encoder, both selected by the ``cache_map`` policy
 over 8 replicas:
 
 * **fresh**: a new conversation (a system prompt and a user message), whose
-  text no earlier request had, so the segment cache (``routing.core.segments``)
+  text no earlier request had, so the segment cache (``core.segments``)
   cannot serve any of it;
 * **follow-up**: that conversation's next turn, the assistant's ~100-token
   answer and a new ~100-token user message appended, measured right after the
@@ -33,13 +33,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from core.blocks import block_hashes
+from core.model_tokenizer import ModelTokenizer
+from core.policy import Policy
+from core.prompts import ChatPrompt, FallbackEncoder, PromptEncoder
+from core.registry import build_policy
+from core.types import RequestDescriptor, TargetState
 from ops.bench.model_fixture import write_model_tokenizer
-from routing.core.blocks import block_hashes
-from routing.core.model_tokenizer import ModelTokenizer
-from routing.core.policy import Policy
-from routing.core.prompts import ChatPrompt, FallbackEncoder, PromptEncoder
-from routing.core.registry import build_policy
-from routing.core.types import RequestDescriptor, TargetState
 from routing.model_tokens import read_tokenizer_files
 from sim.workloads.text import WORDS
 

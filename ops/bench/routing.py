@@ -43,17 +43,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
+from core.blocks import block_hashes
+from core.cache_map import CacheMap
+from core.policy import CostModel, Policy
+from core.prefix_trie import PrefixTrie
+from core.radix_tree import RadixTree
+from core.registry import build_policy, policy_defaults, policy_names
+from core.tokenizer import WordTokenizer
+from core.types import RequestDescriptor, TargetState
 from ops.bench.against_sglang import compare, cpu_count_note
 from ops.bench.digest import digest_table
 from ops.bench.prompt_cost import chat_messages, model_encoder, prompt_cost_table, words_for
-from routing.core.blocks import block_hashes
-from routing.core.cache_map import CacheMap
-from routing.core.policy import CostModel, Policy
-from routing.core.prefix_trie import PrefixTrie
-from routing.core.radix_tree import RadixTree
-from routing.core.registry import build_policy, policy_defaults, policy_names
-from routing.core.tokenizer import WordTokenizer
-from routing.core.types import RequestDescriptor, TargetState
 
 DECISION_TARGET_US = 100.0
 TOKENIZE_TARGET_US = 1000.0

@@ -48,6 +48,11 @@ import httpx
 import redis
 from django.conf import settings
 
+from core.metrics import MetricsRegistry
+from core.registry import build_policy
+from core.router import LocalRouter
+from core.shared_state import RouteRecord, SharedConfig
+from core.topology import ModelSpec, ReplicaSpec
 from ops import http_probe
 from ops.bench.driver import LoadGenerator, UsageMonitor
 from ops.bench.fixture import BALANCER, MODEL, BenchFixture, _free_port
@@ -60,11 +65,6 @@ from ops.replay.sender import OpenAISender, make_client
 from ops.stack.plan import shared_port_argv
 from ops.stack.readiness import StartupError
 from ops.stack.supervisor import ChildSpec, Supervisor
-from routing.core.metrics import MetricsRegistry
-from routing.core.registry import build_policy
-from routing.core.router import LocalRouter
-from routing.core.shared_state import RouteRecord, SharedConfig
-from routing.core.topology import ModelSpec, ReplicaSpec
 from routing.shared_state import SharedStateSync, shared_keys
 from sim.workloads import ClosedLoop
 from sim.workloads.synthetic import Conversations, ConversationsConfig
@@ -252,7 +252,7 @@ async def _time_exchanges(
     round trip plus decoding and learning the sibling's ``batch`` routes), both wall
     clock, and this process's CPU time for the whole exchange (``process_time``: what
     a loaded machine's scheduler does not inflate).  Blocks are random 64-bit hashes,
-    as ``routing.core.blocks`` makes them."""
+    as ``core.blocks`` makes them."""
     router = LocalRouter(build_policy, max_outstanding=64)
     specs = [ReplicaSpec(f"r{i}", f"http://r{i}", MODEL, "bench", "bench-1", "reserved")
              for i in range(4)]  # fmt: skip

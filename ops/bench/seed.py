@@ -46,8 +46,8 @@ def seed(spec: SeedSpec) -> dict[str, Any]:
     """Migrate the (empty) database and write the topology rows; returns key and policy."""
     from django.core.management import call_command
 
+    from core.registry import policy_names
     from fleet.models import ApiKey, Balancer, Region, Replica, ServiceConfig, Zone
-    from routing.core.registry import policy_names
 
     call_command("migrate", verbosity=0, interactive=False)
     policy = choose_policy(spec.policy, policy_names())

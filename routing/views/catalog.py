@@ -20,10 +20,10 @@ from typing import TYPE_CHECKING, Any
 from django.http import HttpRequest, HttpResponseBase, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
+from core import errors
+from core.errors import ApiError
+from core.key_limits import NO_LIMITS, KeyLimits, model_not_allowed
 from fleet.models import hash_api_key
-from routing.core import errors
-from routing.core.errors import ApiError
-from routing.core.key_limits import NO_LIMITS, KeyLimits, model_not_allowed
 from routing.errors import error_response
 from routing.process import current_runtime, get_runtime
 from routing.views.completions import api_request, authorize, count_refusal

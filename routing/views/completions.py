@@ -1,4 +1,4 @@
-"""The OpenAI proxy: every inference route (``routing.core.openai_request.Endpoint``).
+"""The OpenAI proxy: every inference route (``core.openai_request.Endpoint``).
 
 ``POST /v1/chat/completions``, ``/v1/completions``, ``/v1/embeddings``,
 ``/v1/responses``, ``/v1/score`` and ``/v1/rerank`` all take this one path:
@@ -27,6 +27,25 @@ from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponseBase
 from django.views.decorators.csrf import csrf_exempt
 
+from core import errors
+from core.chat_template import TemplateError
+from core.errors import ApiError
+from core.key_limits import (
+    NO_LIMITS,
+    KeyLimits,
+    model_not_allowed,
+    refusal,
+    reservation,
+)
+from core.lora import UnknownModelError, resolve_model
+from core.openai_request import (
+    CompletionRequest,
+    Endpoint,
+    describe,
+    parse_request,
+    session_key,
+)
+from core.prompts import PromptEncoder, prompt_tokens
 from fleet.models import hash_api_key
 from routing.calls import (
     ROUTE_FORWARDED_IN,
@@ -36,32 +55,13 @@ from routing.calls import (
     ProxyCall,
     ProxyResponse,
 )
-from routing.core import errors
-from routing.core.chat_template import TemplateError
-from routing.core.errors import ApiError
-from routing.core.key_limits import (
-    NO_LIMITS,
-    KeyLimits,
-    model_not_allowed,
-    refusal,
-    reservation,
-)
-from routing.core.lora import UnknownModelError, resolve_model
-from routing.core.openai_request import (
-    CompletionRequest,
-    Endpoint,
-    describe,
-    parse_request,
-    session_key,
-)
-from routing.core.prompts import PromptEncoder, prompt_tokens
 from routing.errors import error_description, to_django
 from routing.internal_auth import forwarded_with
 from routing.process import current_runtime, get_runtime
 
 if TYPE_CHECKING:
-    from routing.core.block_identity import BlockScheme
-    from routing.core.types import RequestDescriptor
+    from core.block_identity import BlockScheme
+    from core.types import RequestDescriptor
     from routing.runtime import BalancerRuntime
 
 P = ParamSpec("P")
@@ -127,7 +127,7 @@ async def serve(runtime: BalancerRuntime, call: ProxyCall) -> ProxyResponse:
 def authorize(request: ApiRequest, runtime: BalancerRuntime) -> str:
     """The ``Authorization`` header of a request with a live API key; else 401, or 429
     while its address is held down after too many failed attempts
-    (``routing.core.auth_failures``).  A forward from an authenticated peer is never
+    (``core.auth_failures``).  A forward from an authenticated peer is never
     held down: the peer's address speaks for many clients, and it checked the key."""
     forwarded = forwarded_with(request.headers, runtime.config.internal_token)
     return _authorized(request, runtime, forwarded=forwarded)[0]
@@ -215,7 +215,7 @@ async def admit(
     parsed = await _maybe_in_thread(large, parse_request, body, endpoint)
     snapshot = runtime.snapshot
     try:
-        # An adapter name routes among its base model's replicas (routing.core.lora).
+        # An adapter name routes among its base model's replicas (core.lora).
         model, adapter = resolve_model(
             parsed.model, snapshot.models if snapshot else (), runtime.adapters.adapters()
         )

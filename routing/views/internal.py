@@ -37,11 +37,11 @@ from typing import TYPE_CHECKING, Any
 from django.http import HttpRequest, HttpResponse, HttpResponseBase, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
-from routing.core import errors
-from routing.core.cache_view_check import replica_warnings
-from routing.core.engine_metrics import LoraInfo
-from routing.core.errors import ApiError
-from routing.core.prompts import describe_source
+from core import errors
+from core.cache_view_check import replica_warnings
+from core.engine_metrics import LoraInfo
+from core.errors import ApiError
+from core.prompts import describe_source
 from routing.errors import error_response
 from routing.internal_auth import same_token
 from routing.process import get_runtime

@@ -12,8 +12,8 @@ from __future__ import annotations
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, HttpResponseBase, JsonResponse
 
-from routing.core import errors
-from routing.core.errors import ApiError
+from core import errors
+from core.errors import ApiError
 from routing.errors import error_response
 from routing.internal_auth import bearer_token, may_scrape
 from routing.process import get_runtime

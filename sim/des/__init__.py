@@ -1,6 +1,6 @@
 """The discrete-event simulator: Meridian's own routing code in virtual time.
 
-It runs *the same objects* as a balancer process (``routing.core``: the
+It runs *the same objects* as a balancer process (``core``: the
 dispatch core with its placement, FCFS queue hand-off, retries and deadlines,
 the ``LocalRouter``/``RemoteRouter`` layers, SP-P/SP-O/blind availability,
 every registry policy) and as an emulated replica (``sim.engine.Engine``),

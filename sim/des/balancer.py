@@ -1,6 +1,6 @@
 """One regional balancer in virtual time: the production dispatch core, another driver.
 
-The decisions are ``routing.core``'s own objects, built the way
+The decisions are ``core``'s own objects, built the way
 ``routing.runtime.BalancerRuntime`` builds them: a ``LocalRouter`` and a
 ``RemoteRouter`` from ``registry.build_policy``/``remote_policy_name``, and one
 ``DispatchCore`` over one ``RegionalQueues``.  Placement (Algorithm 1), FCFS
@@ -26,7 +26,7 @@ this module has no copy of them.  It keeps the clock and the transport:
 * ``routing.kv_events``, for a ``cache_map`` service: each replica's KV events
   (published after every engine step) arrive one way later, wait in the queue
   for the next ``kv_events_batch_s`` tick and are applied to the policy's cache
-  map by ``routing.core.event_keys.apply_events``, keyed as a ``token_ids``
+  map by ``core.event_keys.apply_events``, keyed as a ``token_ids``
   balancer keys them (``RebuiltKeys``, Meridian's own chain): the cache map
   follows the engines as in production, instead of living on speculation.
 """
@@ -38,22 +38,22 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
-from routing.core.backoff import RetryBackoff
-from routing.core.blocks import DEFAULT_SEED
-from routing.core.breaker import BreakerConfig
-from routing.core.dispatch import Decision, DispatchCore, Failure, Refuse, Send, Ticket, Wait
-from routing.core.engine_metrics import EngineLoad
-from routing.core.event_keys import RebuiltKeys, apply_events
-from routing.core.kv_events import CacheEvent
-from routing.core.load_forecast import LoadForecast
-from routing.core.peers import Heartbeat
-from routing.core.pending_queue import RegionalQueues
-from routing.core.policies.cache_map import CacheMapPolicy
-from routing.core.policy import Policy
-from routing.core.registry import build_policy, remote_policy_name
-from routing.core.remote import Placement, RemoteRouter, availability_report
-from routing.core.router import LocalRouter
-from routing.core.topology import ModelSpec, PeerSpec, ReplicaSpec
+from core.backoff import RetryBackoff
+from core.blocks import DEFAULT_SEED
+from core.breaker import BreakerConfig
+from core.dispatch import Decision, DispatchCore, Failure, Refuse, Send, Ticket, Wait
+from core.engine_metrics import EngineLoad
+from core.event_keys import RebuiltKeys, apply_events
+from core.kv_events import CacheEvent
+from core.load_forecast import LoadForecast
+from core.peers import Heartbeat
+from core.pending_queue import RegionalQueues
+from core.policies.cache_map import CacheMapPolicy
+from core.policy import Policy
+from core.registry import build_policy, remote_policy_name
+from core.remote import Placement, RemoteRouter, availability_report
+from core.router import LocalRouter
+from core.topology import ModelSpec, PeerSpec, ReplicaSpec
 from sim.des.calls import STATUS_BAD_REQUEST, CallResult, SimCall, refused
 from sim.des.config import TimingConfig
 from sim.des.loop import EventLoop

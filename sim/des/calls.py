@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from routing.core.types import RequestDescriptor
+from core.types import RequestDescriptor
 
 STATUS_OK = 200
 STATUS_BAD_REQUEST = 400

@@ -9,8 +9,8 @@ its current one is done (SkyLB §5.1: "each client issues one program at a
 time").
 
 A request is tokenized and block-hashed once, by the balancer's own functions
-(``routing.core.tokenizer.render_chat`` + ``Tokenizer.encode`` and
-``routing.core.blocks.block_hashes``, as ``openai_request.describe`` does); its
+(``core.tokenizer.render_chat`` + ``Tokenizer.encode`` and
+``core.blocks.block_hashes``, as ``openai_request.describe`` does); its
 reply text is the engine's tokens through the replicas' ``Vocabulary``, so the
 next turn carries the very tokens the engine cached.
 """
@@ -20,10 +20,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-from routing.core.blocks import BLOCK_SIZE, block_hashes
-from routing.core.length_predictor import RequestFeatures, last_user_text, word_cues
-from routing.core.tokenizer import Tokenizer, render_chat
-from routing.core.types import RequestDescriptor
+from core.blocks import BLOCK_SIZE, block_hashes
+from core.length_predictor import RequestFeatures, last_user_text, word_cues
+from core.tokenizer import Tokenizer, render_chat
+from core.types import RequestDescriptor
 from sim.des.calls import CallResult, Journey, SimCall
 from sim.des.config import MODEL
 from sim.des.loop import EventLoop
@@ -189,7 +189,7 @@ class RegionClients:
         record.reply_keys = tuple(block_hashes(tail, seed=self.ctx.hash_seed, parent=parent))
 
     def _features(self, request: Request, text: str, tokens: list[int]) -> RequestFeatures:
-        """What routing.core.openai_request.describe gives the predictor, plus the
+        """What core.openai_request.describe gives the predictor, plus the
         truth for the oracle."""
         if request.kind is ApiKind.CHAT:
             cues = word_cues(last_user_text(request.messages))

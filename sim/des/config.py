@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from routing.core.predictors import SIM_PREDICTORS
+from core.predictors import SIM_PREDICTORS
 from sim.engine import EngineConfig
 
 MODEL = "meridian-demo"
@@ -145,7 +145,7 @@ class SimConfig:
     engine: EngineConfig = field(default_factory=EngineConfig)
     timing: TimingConfig = field(default_factory=TimingConfig)
     sample_interval_s: float = 1.0
-    # The balancers' response-length predictor (routing.core.predictors): none, oracle
+    # The balancers' response-length predictor (core.predictors): none, oracle
     # (the engine's true length), session-mean or learned.  "none" by default: the
     # learned one costs wall time on long runs and no stock policy reads it.
     length_predictor: str = "none"

@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from routing.core.registry import UnknownPolicyError, policy_names
+from core.registry import UnknownPolicyError, policy_names
 from sim.des.config import (
     POLICY_ALIASES,
     SimConfig,

@@ -17,8 +17,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from routing.core.engine_metrics import EngineLoad
-from routing.core.kv_events import CacheEvent, decode_event
+from core.engine_metrics import EngineLoad
+from core.kv_events import CacheEvent, decode_event
 from sim.des.loop import EventLoop
 from sim.engine import Engine, EngineRequest, RequestOutput, StepResult
 
@@ -87,7 +87,7 @@ class SimReplica:
 
     def _publish_kv_events(self) -> None:
         """vLLM publishes one message per step: its events on the wire, decoded by the
-        balancer's own decoder (``routing.core.kv_events.decode_event``)."""
+        balancer's own decoder (``core.kv_events.decode_event``)."""
         raw = self.engine.events.drain()
         if not raw or not self._kv_subscribers:
             return

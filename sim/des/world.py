@@ -21,13 +21,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from routing.core.availability import PUSHING_KEY, split_pushing_params
-from routing.core.blocks import DEFAULT_SEED
-from routing.core.load_forecast import LoadForecast
-from routing.core.predictors import build_predictor
-from routing.core.registry import policy_defaults
-from routing.core.tokenizer import build_tokenizer
-from routing.core.topology import ModelSpec, PeerSpec, ReplicaSpec
+from core.availability import PUSHING_KEY, split_pushing_params
+from core.blocks import DEFAULT_SEED
+from core.load_forecast import LoadForecast
+from core.predictors import build_predictor
+from core.registry import policy_defaults
+from core.tokenizer import build_tokenizer
+from core.topology import ModelSpec, PeerSpec, ReplicaSpec
 from sim.des.balancer import SimBalancer
 from sim.des.clients import Budget, ClientContext, RegionClients, RequestRecord
 from sim.des.config import MODEL, SimConfig, SimConfigError

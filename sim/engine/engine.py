@@ -35,8 +35,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from routing.core.block_identity import VLLM_DEFAULT_SEED, HashAlgo, VllmHashSpec
-from routing.core.blocks import BLOCK_SIZE
+from core.block_identity import VLLM_DEFAULT_SEED, HashAlgo, VllmHashSpec
+from core.blocks import BLOCK_SIZE
 from sim.engine.block_pool import BlockPool
 from sim.engine.events import KVEventBuffer
 from sim.engine.profiles import get_profile

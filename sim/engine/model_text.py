@@ -4,7 +4,7 @@ vLLM renders a chat request with the model's chat template and tokenizes it
 with the model's tokenizer (``--tokenizer DIR``, else the model directory); a
 balancer configured with the same files (``MERIDIAN_MODEL_TOKENIZERS``) must
 arrive at the same ids.  Given the files, the emulator does the same through the
-balancer's own code (``routing.core.model_tokenizer``), so an end-to-end test
+balancer's own code (``core.model_tokenizer``), so an end-to-end test
 checks the two against each other, and a balancer left on the fallback shows
 the mismatch a real engine would.
 
@@ -18,13 +18,13 @@ from __future__ import annotations
 
 import re
 
-from routing.core.model_tokenizer import ModelTokenizer
+from core.model_tokenizer import ModelTokenizer
 
 _WORD = re.compile(r" [a-z]{2,12}")
 
 
 class ModelText:
-    """A ``ModelTokenizer`` as a ``routing.core.tokenizer.Tokenizer`` (no special tokens)."""
+    """A ``ModelTokenizer`` as a ``core.tokenizer.Tokenizer`` (no special tokens)."""
 
     def __init__(self, model: ModelTokenizer) -> None:
         self.model = model

@@ -4,7 +4,7 @@ Pure translation between JSON bodies and the engine: no sockets, no asyncio.
 Parsing returns a ``GenerationRequest`` or raises ``APIError`` carrying the
 status and OpenAI-style error object (``{"error": {message, type, param,
 code}}``) that the replica sends back.  Chat messages are rendered with
-``routing.core.tokenizer.render_chat`` and tokenized with the shared tokenizer,
+``core.tokenizer.render_chat`` and tokenized with the shared tokenizer,
 so the balancer and the replica count and hash the very same tokens; a replica
 given the model's tokenizer files (``--tokenizer DIR``) passes its
 ``ModelTokenizer`` as ``encoder`` instead, and chat and completions are then
@@ -30,9 +30,9 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from routing.core.chat_template import TemplateError
-from routing.core.prompts import ChatPrompt, PromptEncoder, TextPrompt, prompt_tokens
-from routing.core.tokenizer import Tokenizer, render_chat
+from core.chat_template import TemplateError
+from core.prompts import ChatPrompt, PromptEncoder, TextPrompt, prompt_tokens
+from core.tokenizer import Tokenizer, render_chat
 from sim.engine.logprobs import DEFAULT_MAX_LOGPROBS
 from sim.engine.structured import (
     ForcedTokens,

@@ -30,7 +30,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from routing.core.tokenizer import Tokenizer, render_chat
+from core.tokenizer import Tokenizer, render_chat
 from sim.engine.openai_protocol import APIError, body_for_model
 
 DEFAULT_EMBEDDING_SIZE = 384

@@ -83,7 +83,7 @@ def _lora_info(lines: list[str], engine: Engine, gauge: LoraInfoGauge) -> None:
 def _cache_config_info(lines: list[str], engine: Engine) -> None:
     """vLLM's ``cache_config_info``: its CacheConfig as labels of a gauge fixed at 1.
 
-    Meridian reads the model's block size from it (``routing.core.engine_metrics``);
+    Meridian reads the model's block size from it (``core.engine_metrics``);
     only the labels the emulation has an answer for are served."""
     cfg = engine.config
     labels = (

@@ -7,7 +7,7 @@ do I compute now": the whole rest of the prompt (prefill), a chunk of it
 (chunked prefill) or the one token sampled last step (decode), exactly as in
 vLLM V1, where prefill and decode are not separate phases.
 
-Block hashes are vLLM's own (``routing.core.block_identity.VllmHashSpec``: sha256
+Block hashes are vLLM's own (``core.block_identity.VllmHashSpec``: sha256
 of the parent's digest, the block's tokens and the LoRA extra keys), extended as
 tokens arrive so generated tokens are cacheable too (a follow-up turn can hit
 them).  The cache and the KV events use each digest's low 64 bits, the int form
@@ -23,7 +23,7 @@ import zlib
 from array import array
 from dataclasses import dataclass, field
 
-from routing.core.block_identity import VllmHashSpec, external_hash, lora_extra_keys
+from core.block_identity import VllmHashSpec, external_hash, lora_extra_keys
 
 
 class FinishReason(enum.StrEnum):

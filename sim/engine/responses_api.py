@@ -2,7 +2,7 @@
 
 Request: ``instructions`` and ``input`` (a string or message items) become chat
 messages rendered with the shared template (the same reduction the balancer
-routes on, ``routing.core.openai_inputs.responses_input``); ``max_output_tokens``
+routes on, ``core.openai_inputs.responses_input``); ``max_output_tokens``
 caps the answer; ``text.format`` (``json_object``/``json_schema``) makes it JSON
 as ``response_format`` does for chat.  ``tools``, ``previous_response_id`` and
 ``background`` are 400s: the emulator cannot honour them (vLLM needs a tool
@@ -28,9 +28,9 @@ from array import array
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from routing.core import errors as routing_errors
-from routing.core.openai_inputs import responses_input
-from routing.core.tokenizer import Tokenizer, render_chat
+from core import errors as routing_errors
+from core.openai_inputs import responses_input
+from core.tokenizer import Tokenizer, render_chat
 from sim.engine.openai_protocol import (
     APIError,
     GenerationRequest,

@@ -36,7 +36,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from routing.core.tokenizer import Tokenizer
+from core.tokenizer import Tokenizer
 from sim.engine.json_schema import SchemaError, instance
 
 # GPT-2-like pieces (a word or one punctuation mark with the whitespace before it).

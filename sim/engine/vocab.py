@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from itertools import product
 
-from routing.core.tokenizer import Tokenizer
+from core.tokenizer import Tokenizer
 
 # Pronounceable syllables; two- and three-syllable words give a few thousand
 # distinct, stable words without shipping a word list.

@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from routing.core.tokenizer import WordTokenizer
+from core.tokenizer import WordTokenizer
 from sim.workloads.files import check_readable, jsonl_records, require_object
 from sim.workloads.program import ApiKind, Message, Program, Step, TraceFormatError
 

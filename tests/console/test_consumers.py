@@ -13,10 +13,10 @@ from django.conf import settings
 from django.contrib.auth.models import User
 from django.test import Client
 
+from core.live_feed import FIELD, Counters, LiveRecord, stream_key
 from fleet.models import Event, Region
 from meridian.asgi import application
 from ops.embedded_redis import EmbeddedRedis
-from routing.core.live_feed import FIELD, Counters, LiveRecord, stream_key
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.anyio]
 ORIGIN = (b"origin", b"http://127.0.0.1")

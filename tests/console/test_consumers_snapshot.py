@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from console.live.snapshot import BalancerRow, FeedInputs, ReplicaRow, build_snapshot, history
-from routing.core.live_feed import Counters, LiveRecord, ReplicaLive
+from core.live_feed import Counters, LiveRecord, ReplicaLive
 
 NOW = 1000.0
 

@@ -10,10 +10,10 @@ import redis
 from django.conf import settings
 from django.test import Client
 
+from core.cache_view_check import MISMATCH_ADVICE
+from core.live_feed import FIELD, Counters, LiveRecord, ReplicaLive, stream_key
 from fleet.models import Event, Region, RegionLatency, Replica, ServiceConfig
 from ops.embedded_redis import EmbeddedRedis
-from routing.core.cache_view_check import MISMATCH_ADVICE
-from routing.core.live_feed import FIELD, Counters, LiveRecord, ReplicaLive, stream_key
 from tests.support.processes import free_port
 
 PAGES = [

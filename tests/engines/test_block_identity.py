@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from routing.core.block_identity import BlockIdentityMode, BlockScheme, VllmHashSpec
-from routing.core.kv_events import STORED
+from core.block_identity import BlockIdentityMode, BlockScheme, VllmHashSpec
+from core.kv_events import STORED
 from tests.engines.conftest import ADAPTER, BLOCK_SIZE, HASH_SEED
 from tests.engines.fleet import EngineFleet, event_tap, prompt_blocks_only, settle
 

@@ -14,13 +14,13 @@ import json
 import jinja2
 import pytest
 
+from core.engine_metrics import parse_engine_load
+from core.kv_events import REMOVED, STORED, decode_message
+from core.model_tokenizer import ModelTokenizer
+from core.prom_text import parse
+from core.prompts import ChatPrompt, TextPrompt, prompt_tokens
+from core.tokenizer import render_chat
 from ops import http_probe
-from routing.core.engine_metrics import parse_engine_load
-from routing.core.kv_events import REMOVED, STORED, decode_message
-from routing.core.model_tokenizer import ModelTokenizer
-from routing.core.prom_text import parse
-from routing.core.prompts import ChatPrompt, TextPrompt, prompt_tokens
-from routing.core.tokenizer import render_chat
 from routing.model_tokens import read_tokenizer_files
 from tests.engines.conftest import ADAPTER, BLOCK_SIZE
 from tests.engines.fleet import (

@@ -7,7 +7,7 @@ tests never read; what they check is the engine's scheduling, caching, metrics, 
 and KV events, all of which a random model exercises fully.
 
 The chat template differs from Meridian's fallback rendering
-(``routing.core.tokenizer.render_chat``: ``<|role|>content\\n`` ... ``<|assistant|>``) on
+(``core.tokenizer.render_chat``: ``<|role|>content\\n`` ... ``<|assistant|>``) on
 purpose, so a balancer that renders chat its own way instead of with the model's template
 cannot agree with the engine on a chat prompt's tokens.
 """

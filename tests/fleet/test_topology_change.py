@@ -13,9 +13,9 @@ import pytest
 from django.db import models
 from django.utils import timezone
 
+from core.topology import TopologySnapshot
 from fleet.models import ApiKey, Balancer, Region, RegionLatency, Replica, ServiceConfig, Zone
 from fleet.topology_change import SNAPSHOT_FIELDS, current_token, topology_changed
-from routing.core.topology import TopologySnapshot
 from routing.topology import load_snapshot
 from tests.support.rows import Rows
 

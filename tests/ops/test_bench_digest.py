@@ -3,8 +3,8 @@ a digest that fits the heartbeat's budget and matches the held path it times."""
 
 from __future__ import annotations
 
+from core.prefix_digest import digest_of
 from ops.bench.digest import SHAPES, TENANTS, digest_table, filled_tree
-from routing.core.prefix_digest import digest_of
 
 
 def test_a_filled_tree_holds_a_conversation_path_within_each_replicas_bound() -> None:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from django.core.management import CommandError, call_command
 
-from routing.core.predictors import build_predictor
+from core.predictors import build_predictor
 from tests.support.commands import run_command
 
 

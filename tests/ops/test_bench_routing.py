@@ -10,7 +10,7 @@ import io
 import pytest
 from django.core.management import CommandError, call_command
 
-from routing.core.registry import policy_names
+from core.registry import policy_names
 from tests.support.commands import run_command
 
 

@@ -24,7 +24,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from routing.core.openai_request import Endpoint
+from core.openai_request import Endpoint
 from tests.support.api_app import AUTH, BODY_LIMIT, Api, serving_api
 from tests.support.balancers import MODEL
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from routing.core.availability import (
+from core.availability import (
     AvailabilityLimits,
     ProbeMark,
     PushingConfig,
@@ -13,7 +13,7 @@ from routing.core.availability import (
     probe_would_help,
     split_pushing_params,
 )
-from routing.core.types import TargetState
+from core.types import TargetState
 
 LIMITS = AvailabilityLimits(max_outstanding=3, probe_stale_s=2.0)
 SP_P = PushingConfig(PushingMode.SP_P)

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
+from core.errors import ApiError
+from core.topology import ModelSpec, PeerSpec
 from routing.calls import HOP_HEADER, ProxyResponse
-from routing.core.errors import ApiError
-from routing.core.topology import ModelSpec, PeerSpec
 from routing.internal_auth import PEER_TOKEN_HEADER
 from routing.transport import DemoLatency
 from tests.support.inprocess import proxy_call

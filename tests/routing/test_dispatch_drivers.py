@@ -29,11 +29,11 @@ from typing import Any
 
 import pytest
 
-from routing.core.availability import PushingConfig, PushingMode
-from routing.core.dispatch import DispatchCore, Drained, Refuse, Send, Wait
-from routing.core.errors import ApiError
-from routing.core.topology import ModelSpec, PeerSpec, ReplicaSpec
-from routing.core.types import RequestDescriptor
+from core.availability import PushingConfig, PushingMode
+from core.dispatch import DispatchCore, Drained, Refuse, Send, Wait
+from core.errors import ApiError
+from core.topology import ModelSpec, PeerSpec, ReplicaSpec
+from core.types import RequestDescriptor
 from routing.runtime import BalancerRuntime
 from sim.des.balancer import SimBalancer
 from sim.des.calls import CallResult, Journey, SimCall

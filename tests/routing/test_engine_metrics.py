@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from routing.core.engine_metrics import MetricsFormatError, parse_engine_load, parse_samples
-from routing.core.prom_text import parse
+from core.engine_metrics import MetricsFormatError, parse_engine_load, parse_samples
+from core.prom_text import parse
 
 VLLM = """\
 # HELP vllm:num_requests_running Number of requests in model execution batches.

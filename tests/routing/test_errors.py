@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from routing.core import errors
+from core import errors
 
 
 def test_body_has_exactly_openais_four_fields() -> None:

@@ -15,11 +15,11 @@ import pytest
 import redis
 from django.conf import settings
 
+from core.errors import ApiError
+from core.key_limits import KeyLimits, key_prefix
+from core.topology import PeerSpec
 from ops.embedded_redis import EmbeddedRedis
 from routing.calls import ProxyCall
-from routing.core.errors import ApiError
-from routing.core.key_limits import KeyLimits, key_prefix
-from routing.core.topology import PeerSpec
 from routing.runtime import BalancerRuntime
 from routing.views.completions import hold_key, serve
 from tests.support.inprocess import proxy_call

@@ -22,9 +22,9 @@ import pytest
 import redis
 from django.conf import settings
 
+from core.key_limits import KeyLimits, usage_key
 from fleet.models import ApiKey, hash_api_key
 from ops import http_probe
-from routing.core.key_limits import KeyLimits, usage_key
 from tests.support.balancers import (
     MODEL,
     TopologyFactory,

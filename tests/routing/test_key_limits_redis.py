@@ -13,9 +13,9 @@ import pytest
 import redis
 from django.conf import settings
 
+from core.key_limits import Counts, KeyLimits, Verdict, decide, key_prefix
+from core.sse import Usage
 from ops.embedded_redis import EmbeddedRedis
-from routing.core.key_limits import Counts, KeyLimits, Verdict, decide, key_prefix
-from routing.core.sse import Usage
 from routing.key_limits import KeyGrant, KeyLimiter
 from routing.telemetry import BalancerMetrics
 

@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 
-from routing.core.block_identity import parse_block_identity
-from routing.core.kv_events import REMOVED, STORED, CacheEvent, EventBatch
-from routing.core.policies.cache_map import CacheMapPolicy
-from routing.core.topology import ModelSpec
+from core.block_identity import parse_block_identity
+from core.kv_events import REMOVED, STORED, CacheEvent, EventBatch
+from core.policies.cache_map import CacheMapPolicy
+from core.topology import ModelSpec
 from routing.kv_events import ReplicaStream
 from sim.kv_events import KVEventPublisher
 from tests.support.loopback import Received, Reply

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from routing.core.leases import InflightLedger, Lease
-from routing.core.types import TargetState
+from core.leases import InflightLedger, Lease
+from core.types import TargetState
 
 
 def test_acquire_counts_per_target_and_in_total() -> None:

@@ -9,8 +9,8 @@ import pytest
 import redis
 from django.conf import settings
 
+from core.live_feed import FIELD, LiveRecord, decode_all, stream_key
 from ops.embedded_redis import EmbeddedRedis
-from routing.core.live_feed import FIELD, LiveRecord, decode_all, stream_key
 from tests.support.inprocess import proxy_call
 from tests.support.upstreams import Upstreams
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from routing.core.engine_metrics import parse_samples
-from routing.core.metrics import MetricsRegistry
+from core.engine_metrics import parse_samples
+from core.metrics import MetricsRegistry
 
 
 def test_counters_gauges_and_histograms_render_in_exposition_format() -> None:

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from core.model_tokenizer import TokenizerFilesError
+from core.prompts import ChatPrompt, FallbackEncoder, TextPrompt
 from ops.bench.model_fixture import BOS, write_model_tokenizer
-from routing.core.model_tokenizer import TokenizerFilesError
-from routing.core.prompts import ChatPrompt, FallbackEncoder, TextPrompt
 from routing.model_tokens import ModelEncoders, read_tokenizer_files
 
 

@@ -26,11 +26,11 @@ from typing import Any
 
 import pytest
 
+from core.block_identity import BlockIdentityMode, BlockScheme
+from core.model_tokenizer import ModelTokenizer
+from core.prompts import ChatPrompt, FallbackEncoder, PromptEncoder, prompt_tokens
 from ops import http_probe
 from ops.bench.model_fixture import write_model_tokenizer
-from routing.core.block_identity import BlockIdentityMode, BlockScheme
-from routing.core.model_tokenizer import ModelTokenizer
-from routing.core.prompts import ChatPrompt, FallbackEncoder, PromptEncoder, prompt_tokens
 from routing.model_tokens import read_tokenizer_files
 from sim.workloads.text import WORDS
 from tests.support.balancers import TopologyFactory, start_balancer, start_replicas, state

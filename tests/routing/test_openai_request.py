@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
-from routing.core.block_identity import BlockIdentityMode, BlockScheme
-from routing.core.blocks import BLOCK_SIZE, block_hashes
-from routing.core.errors import ApiError
-from routing.core.openai_request import (
+from core.block_identity import BlockIdentityMode, BlockScheme
+from core.blocks import BLOCK_SIZE, block_hashes
+from core.errors import ApiError
+from core.openai_request import (
     MAX_JSON_DEPTH,
     MAX_TOKEN_ID,
     CompletionRequest,
@@ -19,7 +19,7 @@ from routing.core.openai_request import (
     parse_request,
     session_key,
 )
-from routing.core.prompts import (
+from core.prompts import (
     ChatPrompt,
     FallbackEncoder,
     TextPrompt,
@@ -27,8 +27,8 @@ from routing.core.prompts import (
     prompt_text,
     prompt_tokens,
 )
-from routing.core.tokenizer import WordTokenizer, render_chat
-from routing.core.types import RequestDescriptor
+from core.tokenizer import WordTokenizer, render_chat
+from core.types import RequestDescriptor
 
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hello"}]}
 

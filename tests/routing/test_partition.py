@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from routing.core.topology import PeerSpec
+from core.topology import PeerSpec
 from routing.transport import PeerPartition
 from tests.support.inprocess import proxy_call
 from tests.support.upstreams import Upstreams

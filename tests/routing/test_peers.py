@@ -9,8 +9,8 @@ import json
 import httpx
 import pytest
 
-from routing.core.peers import Heartbeat, heartbeat_key
-from routing.core.topology import PeerSpec
+from core.peers import Heartbeat, heartbeat_key
+from core.topology import PeerSpec
 from routing.peers import HttpReportFetch
 
 

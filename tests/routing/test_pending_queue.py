@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from routing.core.pending_queue import PendingQueue, QueuedRequest, QueueFullError
-from routing.core.types import RequestDescriptor
+from core.pending_queue import PendingQueue, QueuedRequest, QueueFullError
+from core.types import RequestDescriptor
 
 
 def _request(rid: str) -> RequestDescriptor:

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 from django.conf import settings
 
+from core.peers import Heartbeat
 from ops import http_probe
-from routing.core.peers import Heartbeat
 from tests.support.balancers import MODEL, TopologyFactory, start_balancer, start_replicas, state
 from tests.support.polling import eventually
 from tests.support.processes import ProcessGroup, free_port

@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
-from routing.core.availability import PushingConfig, PushingMode
-from routing.core.errors import ApiError
-from routing.core.leases import Lease
-from routing.core.topology import ModelSpec, PeerSpec
+from core.availability import PushingConfig, PushingMode
+from core.errors import ApiError
+from core.leases import Lease
+from core.topology import ModelSpec, PeerSpec
 from routing.runtime import BalancerRuntime
 from routing.telemetry import QUEUE_CANCELLED, QUEUE_PLACED, QUEUE_TIMEOUT
 from tests.support.inprocess import peer_report, proxy_call

@@ -9,16 +9,16 @@ from typing import Any
 
 import pytest
 
-from routing.core.availability import PushingConfig, PushingMode
-from routing.core.breaker import BreakerConfig
-from routing.core.engine_metrics import EngineLoad
-from routing.core.policies.least_load import LeastLoadPolicy
-from routing.core.policies.meridian import MeridianPolicy
-from routing.core.policy import Policy
-from routing.core.registry import build_policy
-from routing.core.router import LocalRouter
-from routing.core.topology import ModelSpec, ReplicaSpec
-from routing.core.types import RequestDescriptor
+from core.availability import PushingConfig, PushingMode
+from core.breaker import BreakerConfig
+from core.engine_metrics import EngineLoad
+from core.policies.least_load import LeastLoadPolicy
+from core.policies.meridian import MeridianPolicy
+from core.policy import Policy
+from core.registry import build_policy
+from core.router import LocalRouter
+from core.topology import ModelSpec, ReplicaSpec
+from core.types import RequestDescriptor
 
 MODEL = "m"
 

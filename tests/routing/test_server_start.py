@@ -16,9 +16,9 @@ import pytest
 import redis
 from django.conf import settings
 
+from core.peers import heartbeat_key
 from ops import http_probe
 from ops.stack.plan import BALANCER_SERVERS, balancer_argv
-from routing.core.peers import heartbeat_key
 from tests.support.balancers import MODEL, TopologyFactory, client, metric_value, start_replicas
 from tests.support.polling import eventually
 from tests.support.processes import ProcessGroup, free_port

@@ -12,13 +12,13 @@ import pytest
 import redis
 from django.conf import settings
 
+from core.metrics import MetricsRegistry
+from core.registry import build_policy
+from core.router import LocalRouter
+from core.shared_state import SharedConfig
+from core.topology import ModelSpec, ReplicaSpec
+from core.types import RequestDescriptor
 from ops.embedded_redis import EmbeddedRedis
-from routing.core.metrics import MetricsRegistry
-from routing.core.registry import build_policy
-from routing.core.router import LocalRouter
-from routing.core.shared_state import SharedConfig
-from routing.core.topology import ModelSpec, ReplicaSpec
-from routing.core.types import RequestDescriptor
 from routing.shared_state import SharedStateSync, shared_keys
 
 pytestmark = pytest.mark.anyio

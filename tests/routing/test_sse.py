@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from routing.core.sse import SseRelay, Usage
+from core.sse import SseRelay, Usage
 
 
 def _event(obj: object) -> bytes:

@@ -8,8 +8,8 @@ import tokenizers
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from routing.core.blocks import BLOCK_SIZE, block_hashes, root_hash
-from routing.core.tokenizer import (
+from core.blocks import BLOCK_SIZE, block_hashes, root_hash
+from core.tokenizer import (
     _TOKEN_RE,
     WordTokenizer,
     build_tokenizer,
@@ -76,7 +76,7 @@ def test_huggingface_tokenizer_json_is_pluggable(tmp_path: Path) -> None:
 def test_the_piece_id_cache_is_bounded_and_never_changes_an_id(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from routing.core import tokenizer as module
+    from core import tokenizer as module
 
     monkeypatch.setattr(module._IdCache, "MAX_PIECES", 8)
     tok = WordTokenizer()

@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from routing.core.topology import PeerSpec
+from core.topology import PeerSpec
 from routing.transport import (
     DemoLatency,
     PartitionFault,

@@ -6,14 +6,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from routing.core.engine_metrics import EngineLoad
-from routing.core.peers import Heartbeat
-from routing.core.policy import Policy, PolicyBase
-from routing.core.registry import build_policy, remote_policy_name
-from routing.core.remote import RemoteRouter, nothing_available, place
-from routing.core.router import LocalRouter
-from routing.core.topology import ModelSpec, PeerSpec, ReplicaSpec
-from routing.core.types import RequestDescriptor, TargetState
+from core.engine_metrics import EngineLoad
+from core.peers import Heartbeat
+from core.policy import Policy, PolicyBase
+from core.registry import build_policy, remote_policy_name
+from core.remote import RemoteRouter, nothing_available, place
+from core.router import LocalRouter
+from core.topology import ModelSpec, PeerSpec, ReplicaSpec
+from core.types import RequestDescriptor, TargetState
 
 MODEL = "m"
 

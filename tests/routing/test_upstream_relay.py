@@ -16,10 +16,10 @@ from collections.abc import AsyncIterator, Callable
 
 import pytest
 
+from core.leases import InflightLedger
+from core.sse import SseRelay
+from core.types import TargetState
 from routing.asgi_types import Message, Send
-from routing.core.leases import InflightLedger
-from routing.core.sse import SseRelay
-from routing.core.types import TargetState
 from routing.upstream import (
     OUTCOME_CLIENT_CLOSED,
     OUTCOME_OK,

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from routing.core.tokenizer import WordTokenizer
+from core.tokenizer import WordTokenizer
 from sim.engine import Engine, EngineConfig, Vocabulary
 from tests.support.processes import ProcessGroup, free_port_run
 from tests.support.sim_serve import ServedReplicas, start_replicas

@@ -10,10 +10,10 @@ import openai
 import pytest
 import zmq
 
+from core.block_identity import BlockIdentityMode, BlockScheme
+from core.engine_metrics import parse_engine_load
+from core.tokenizer import WordTokenizer, render_chat
 from ops import http_probe
-from routing.core.block_identity import BlockIdentityMode, BlockScheme
-from routing.core.engine_metrics import parse_engine_load
-from routing.core.tokenizer import WordTokenizer, render_chat
 from tests.support.engine import fresh_prompt
 from tests.support.polling import eventually
 from tests.support.sim_serve import ServedReplicas

@@ -20,12 +20,12 @@ from typing import Any
 import pytest
 from django.conf import settings
 
+from core.openai_request import Endpoint
 from fleet.models import hash_api_key
 from routing import runtime as runtime_module
 from routing.api_asgi import ApiASGIHandler
 from routing.api_plain import PlainApi
 from routing.body_limit import BodyLimitMiddleware
-from routing.core.openai_request import Endpoint
 from routing.runtime import BalancerRuntime
 from tests.support.inprocess import runtime_for
 from tests.support.loopback import Received, Reply

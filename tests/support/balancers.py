@@ -19,10 +19,10 @@ from typing import Any, TypeVar
 import openai
 from django.conf import settings
 
+from core.engine_metrics import parse_samples
 from ops import http_probe
 from ops.drills.redis_outage import every_process_sharing
 from routing.calls import HOP_HEADER
-from routing.core.engine_metrics import parse_samples
 from routing.internal_auth import PEER_TOKEN_HEADER, install_headers
 from tests.support.polling import eventually
 from tests.support.processes import ProcessGroup, wait_http

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from itertools import count
 from typing import Any
 
-from routing.core.types import RequestDescriptor, TargetState
+from core.types import RequestDescriptor, TargetState
 
 _ids = count()
 

@@ -16,12 +16,12 @@ import json
 import time
 from typing import Any
 
+from core.block_identity import BlockScheme
+from core.openai_request import Endpoint, describe, parse_request
+from core.peers import Heartbeat
+from core.prompts import FallbackEncoder, prompt_tokens
+from core.topology import ModelSpec, PeerSpec, ReplicaSpec, TopologySnapshot
 from routing.calls import ProxyCall
-from routing.core.block_identity import BlockScheme
-from routing.core.openai_request import Endpoint, describe, parse_request
-from routing.core.peers import Heartbeat
-from routing.core.prompts import FallbackEncoder, prompt_tokens
-from routing.core.topology import ModelSpec, PeerSpec, ReplicaSpec, TopologySnapshot
 from routing.runtime import BalancerConfig, BalancerRuntime
 from tests.support.balancers import MODEL
 from tests.support.upstreams import Upstreams

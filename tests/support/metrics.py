@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from core.prom_text import parse
 from ops import http_probe
-from routing.core.prom_text import parse
 
 
 def metric(url: str, name: str, **labels: str) -> float:

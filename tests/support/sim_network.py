@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from routing.core.engine_metrics import EngineLoad
-from routing.core.peers import Heartbeat
+from core.engine_metrics import EngineLoad
+from core.peers import Heartbeat
 from sim.des.calls import SimCall, refused
 from sim.des.loop import EventLoop
 from sim.des.replica import Generation

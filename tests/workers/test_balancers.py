@@ -6,8 +6,8 @@ from collections.abc import Iterator
 import pytest
 import redis
 
+from core.peers import Heartbeat, heartbeat_key
 from fleet.models import Balancer, Event, Region
-from routing.core.peers import Heartbeat, heartbeat_key
 from workers.balancers import sync_balancer_states
 
 

@@ -6,9 +6,9 @@ import pytest
 import redis
 from django.conf import settings
 
+from core.key_limits import usage_key
 from fleet.models import ApiKey
 from ops.embedded_redis import EmbeddedRedis
-from routing.core.key_limits import usage_key
 from workers.key_usage import rollup_key_usage
 
 pytestmark = pytest.mark.django_db

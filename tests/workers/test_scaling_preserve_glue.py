@@ -16,9 +16,9 @@ import pytest
 import redis
 from django.conf import settings
 
+from core.live_feed import stream_key
+from core.types import RequestDescriptor
 from fleet.models import Event, MetricRollup, Replica, ServiceConfig, Zone
-from routing.core.live_feed import stream_key
-from routing.core.types import RequestDescriptor
 from tests.support.balancers import MODEL
 from tests.support.inprocess import runtime_for
 from tests.support.rows import Rows

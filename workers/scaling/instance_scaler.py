@@ -8,7 +8,7 @@ Two tiers, each correcting the other's blind spot:
   load, which covers the cold start.  A smaller N scales down, and that is the
   window's one scale-down (below).
 * **Within the window**, from each ready replica's load-look-ahead map
-  (``routing.core.load_anticipator``): a replica is *potentially overloaded* when its
+  (``core.load_anticipator``): a replica is *potentially overloaded* when its
   anticipated KV usage exceeds ``overload_usage`` (95 %) of its KV capacity in more
   than ``overload_share`` (10 %) of the next L iterations, and each one asks for one
   more replica ("one potentially overloaded instance, one additional instance").  The

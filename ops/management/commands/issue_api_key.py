@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from core.key_limits import BUDGET_PERIODS, KeyLimits, parse_limit, parse_models
 from fleet.models import ApiKey
-from routing.core.key_limits import BUDGET_PERIODS, KeyLimits, parse_limit, parse_models
 
 LIMIT_OPTIONS = {
     "rpm": ("requests_per_minute", "requests per minute"),

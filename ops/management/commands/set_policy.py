@@ -7,7 +7,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from routing.core.registry import policy_names
+from core.registry import policy_names
 from workers.policy_config import PolicyConfigError, set_policy
 
 

@@ -24,9 +24,9 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from core.predictors import SIM_PREDICTORS
+from core.registry import DEFAULT_POLICY, UnknownPolicyError
 from ops.progress import BudgetBar, bars_wanted, raw_stream
-from routing.core.predictors import SIM_PREDICTORS
-from routing.core.registry import DEFAULT_POLICY, UnknownPolicyError
 from sim.des.config import DEPLOYMENTS, SimConfig, SimConfigError
 from sim.des.experiments import EXPERIMENTS, experiment
 from sim.des.metrics import DEFAULT_TTFT_SLO_S, Summary

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from routing.core.policies.cache_map import CacheMapPolicy
+from core.policies.cache_map import CacheMapPolicy
 from sim.des.config import MODEL, SimConfig
 from sim.des.metrics import summarize
 from sim.des.world import SimRun, World

@@ -10,9 +10,9 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
-from routing.core.availability import PushingConfig, PushingMode
-from routing.core.topology import ModelSpec, PeerSpec
-from routing.core.types import RequestDescriptor
+from core.availability import PushingConfig, PushingMode
+from core.topology import ModelSpec, PeerSpec
+from core.types import RequestDescriptor
 from sim.des.balancer import SimBalancer
 from sim.des.calls import Journey, SimCall
 from sim.des.config import TimingConfig

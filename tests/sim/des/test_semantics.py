@@ -11,8 +11,8 @@ from collections.abc import Callable
 
 import pytest
 
-from routing.core.dispatch import Ticket
-from routing.core.remote import Placement
+from core.dispatch import Ticket
+from core.remote import Placement
 from sim.des.balancer import SimBalancer
 from sim.des.calls import SimCall
 from sim.des.config import SimConfig

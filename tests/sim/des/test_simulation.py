@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import pytest
 
-from routing.core.registry import policy_names
+from core.registry import policy_names
 from sim.des.config import SimConfig
 from sim.des.metrics import summarize
 from sim.des.world import SimRun, World, engine_defaults, simulate

@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import pytest
 
-from routing.core.block_identity import BlockIdentityMode, BlockScheme, HashAlgo, VllmHashSpec
+from core.block_identity import BlockIdentityMode, BlockScheme, HashAlgo, VllmHashSpec
 from sim.engine import AllBlocksCleared, BlockRemoved, BlockStored, Engine
 from tests.support.engine import fresh_prompt, request, run_to_completion
 

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from core.model_tokenizer import ModelTokenizer
+from core.prompts import ChatPrompt, TextPrompt, prompt_tokens
+from core.tokenizer import WordTokenizer, render_chat
 from ops.bench.model_fixture import BOS, write_model_tokenizer
-from routing.core.model_tokenizer import ModelTokenizer
-from routing.core.prompts import ChatPrompt, TextPrompt, prompt_tokens
-from routing.core.tokenizer import WordTokenizer, render_chat
 from sim.engine import Vocabulary
 from sim.engine.model_text import ModelText, model_words
 from sim.engine.openai_protocol import APIError, GenerationRequest, Kind, parse_generation

@@ -9,7 +9,7 @@ import struct
 
 import pytest
 
-from routing.core.tokenizer import WordTokenizer, render_chat
+from core.tokenizer import WordTokenizer, render_chat
 from sim.engine.openai_protocol import APIError
 from sim.engine.pooling import embed, embedding_response, parse_embedding
 

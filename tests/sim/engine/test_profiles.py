@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from routing.core.tokenizer import build_tokenizer
+from core.tokenizer import build_tokenizer
 from sim.engine import Engine, EngineConfig, EngineRequest, Vocabulary
 from sim.engine.profiles import (
     GIB,

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from routing.core.tokenizer import WordTokenizer, render_chat
+from core.tokenizer import WordTokenizer, render_chat
 from sim.engine import Vocabulary
 from sim.engine.openai_answers import usage
 from sim.engine.openai_protocol import APIError, GenerationRequest

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from routing.core.tokenizer import WordTokenizer
+from core.tokenizer import WordTokenizer
 from sim.engine.structured import (
     OutputPlan,
     StructuredError,

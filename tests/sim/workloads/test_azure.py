@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from routing.core.tokenizer import WordTokenizer
+from core.tokenizer import WordTokenizer
 from sim.workloads import TraceFormatError
 from sim.workloads.azure import AzureTrace
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from routing.core.blocks import block_hashes
-from routing.core.tokenizer import WordTokenizer
+from core.blocks import block_hashes
+from core.tokenizer import WordTokenizer
 from sim.workloads import ApiKind, TraceFormatError
 from sim.workloads.mooncake import MOONCAKE_BLOCK_TOKENS, MooncakeTrace, block_text
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from routing.core.tokenizer import WordTokenizer
+from core.tokenizer import WordTokenizer
 from sim.workloads import ApiKind, TraceFormatError, WorkloadSpecError, parse_workload
 from sim.workloads.servegen import ServeGenConfig, ServeGenTrace
 

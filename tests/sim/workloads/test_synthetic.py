@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from routing.core.tokenizer import GENERATION_PROMPT, WordTokenizer, render_chat
+from core.tokenizer import GENERATION_PROMPT, WordTokenizer, render_chat
 from sim.workloads import ApiKind, Program, ReplyOf, parse_workload
 from sim.workloads.synthetic import (
     Conversations,

@@ -1,0 +1,1 @@
+"""One module per routing policy; ``core.registry`` builds them by name."""

@@ -1,0 +1,776 @@
+"""Meridian's own policy: every option priced in seconds, the cheapest one taken.
+
+For one request the options are each local replica that admits a request now,
+each healthy local replica held back by the admission limit (reached by
+waiting in the regional queue until it admits again), and each available peer
+region.  Each is priced as the time to the request's first token plus the harm
+it does to the requests already running there; the request goes where that is
+lowest.  Forwarding and waiting are options like any other, so the balancer
+forwards or queues only when that is genuinely cheaper than a local replica.
+``core.remote.place`` asks ``choose`` (the ``CostModel`` protocol)
+instead of running SkyLB's local-first rule; the plain ``select`` scores the
+given candidates only, for callers with no peers or queue.
+
+Terms (seconds unless said), and where each number comes from:
+
+* ``p(r)``: prefill seconds per uncached prompt token on replica ``r``.
+  Starts at ``prefill_s_per_token`` (the engine profile's: Llama-3.1-8B on an
+  L4, 0.53 ms; 0.04 ms on an H100) and is learned online: every first token
+  that reaches the balancer gives a sample ``(TTFT - rtt(r) - step_s) /
+  (Q at dispatch + U)``, folded into an EWMA (``ewma_alpha``).  Samples over
+  fewer than ``min_sample_tokens`` tokens are skipped (one step's overhead
+  dominates them) and samples are clamped to 1/8..8x the default.
+* ``rtt(r)``: the round trip from this balancer to ``r``, from the topology
+  (``TargetState.extra["rtt_ms"]``, the replica's ``ReplicaSpec.rtt_ms``), at
+  least ``local_rtt_s``.  A balancer may own replicas in other regions (after
+  a failover, or one balancer for every region): a TTFT measured here carries
+  their 80-200 ms round trip, and a rate learned with one local round trip
+  folded it into the per-token rate (Mooncake on H100s, one balancer in
+  us-east: 0.09-0.16 ms per token learned abroad against the engine's 0.04),
+  which priced remote replicas 2-4x too slow to prefill and piled cold
+  prompts onto the near ones.  The round trip is priced once, in ``ttft(r)``.
+* ``itl(r)``: seconds per output token on ``r``, ``itl_s`` by default (one
+  decode step of the profile), learned from ``(finish - first token) /
+  (output tokens - 1)`` by the same EWMA.  It prices how soon a replica whose
+  KV look-ahead is full frees room (``pressure`` below).
+* ``s``: what one more running sequence adds to a decode step, ``seq_s`` (the
+  profile's per-sequence GEMM share plus attention reads of ~1k tokens of
+  context: 0.75 ms on an L4).  Not learned: a sample ``(itl - step_s) / D``
+  also carries the prefill chunks that shared those steps, and regions whose
+  learned ``s`` drifted apart forwarded to each other under equal load
+  (symmetric conversations, 120 s: 17.4 % forwarded, TTFT p90 0.44 s).
+* ``Q(r)``: queued prefill work: the uncached prompt tokens of requests this
+  balancer sent to ``r`` whose first token has not come back yet.  The
+  balancer owns its replicas, so its ledger is the whole queue.
+* ``U(r)``: this prompt's uncached tokens on ``r``: the prompt less
+  ``block_tokens`` x the blocks of the longest prefix ``r`` holds, from an
+  approximate radix tree of what was sent to each replica (SGLang's tree,
+  bounded per replica by ``max_blocks_per_target``, the engine's KV capacity,
+  so it forgets roughly what the engine's LRU would have evicted).
+* ``ttft(r) = rtt(r) + step_s + (Q(r) + U(r)) * p(r)``: FCFS prefill
+  behind the queued work, plus one step and the round trip.
+* ``harm(r) = harm_weight * U(r) * p(r) * D(r)``: chunked prefill shares steps
+  with the ``D(r)`` requests decoding on ``r`` (first token seen, not
+  finished), and each of them is delayed by this prompt's prefill time (a
+  step carrying a prefill chunk lasts as long as the chunk).  ``harm_weight``
+  is 1: a second of someone else's delay counts as much as one of this
+  request's own wait.  At 0.1 a cold replica's prefill looked nearly free to
+  the fleet, so the model gave up hits (and forwarded) to save a little of
+  its own TTFT; in a closed loop that recomputation is what caps throughput.
+* ``pressure(r)``: PreServe's load anticipation (§4.3.1): ``K(r)``, the KV
+  tokens ``r`` will hold over the next ``lookahead_tokens`` decode steps, is
+  the sum over its in-flight requests of ``U + min(predicted output,
+  lookahead_tokens)`` (each one's uncached prompt where it was sent: a prefix
+  the replica caches is held once, however many running requests share it,
+  as the engine's paged KV does), at least ``kv_usage`` x
+  ``kv_capacity_tokens`` from the latest probe (``observe_probe``, which the
+  router calls with every probe it records).  With this request added, the
+  ``overflow = K(r) + U(r) + min(pred, L) - kv_capacity_tokens`` tokens do not
+  fit: the engine holds the newcomer (or preempts a running request) until
+  that much KV is freed.  Counting whole prompts instead made a replica whose
+  running requests share a 2k-token system prompt look several times fuller
+  than it is, and sent a cold turn where its holder had room (small-KV
+  conversations, 60 s: 15.1 to 16.0 req/s).  A turn whose own history is
+  cached but held by no running request re-pins it, so ``U`` undercounts by at
+  most that history.  The
+  held KV drains as its requests finish, over about one request lifetime
+  there (``out(r) x itl(r)``, ``out(r)`` the EWMA of output lengths finished
+  on ``r``), so ``pressure(r) = overflow * out(r) * itl(r) / K(r)`` when
+  ``overflow > 0``, else 0.
+* Predicted output length: ``request.predicted_output_tokens`` when a
+  predictor filled it in, else the mean output length this balancer has seen
+  (EWMA, starting at ``default_output_tokens``), capped by ``max_tokens``.
+* ``cost(r) = ttft(r) + harm(r) + pressure(r)`` for a replica that admits.
+* ``decode(r) = decode_weight * (step_s + (D(r) + 1 + harm_weight * D(r)) *
+  s)`` per output token: a decode step one sequence fuller than now, plus the
+  same slowdown of each of the ``D(r)`` requests decoding there.  In a closed
+  loop a client's next request waits for this one's last token, so decode
+  time, not TTFT, sets throughput; where clients are skewed between regions,
+  batches are too (Figure 10's setting, 120/40/40 clients on 3/3/3 replicas:
+  ~40 running per US replica, ~13 abroad, TTFT still short), and without this
+  term the policy forwarded 0.6 % of requests.  It enters only where a peer is
+  an option, as the region's mean over its replicas times the predicted
+  output, added to every local option and set against the peer's own mean
+  (``decode_prices``): within a region harm and admission already spread the
+  decoders, and pricing each replica's own batch there moved TTFT for little
+  (Azure conversations, 300 s: TTFT p90 1.17 to 1.98 s).  Weighted by
+  ``reuse`` (below): decode time delays the requests that wait on this one's
+  reply, which is what a later request extending it means; where prompts are
+  unique (an open-loop trace) it only traded TTFT for end-to-end time (Azure,
+  300 s: 15.6 % forwarded against 7.8 %, TTFT p90 1.30 s against 1.17 s,
+  goodput 4.20 against 4.21).  ``decode_weight`` 0 prices TTFT alone.
+
+Admission (SP-P's rule, "do not pile onto an engine with a waiting queue", in
+tokens): ``r`` admits while ``Q(r) < admission_tokens`` (default two chunked
+prefill steps of 2,048 tokens: what the engine clears before a newcomer waits
+a third step).  It replaces SP-P's one-push-per-probe budget, which made the
+replica holding a prefix unavailable right after each push.
+
+Waiting for a held-back replica ``h``: ``wait(h) = cost(h) + queued_ahead *
+mean uncached prompt * p(h) / replicas``.  ``cost(h)`` already counts all of
+``Q(h)``: time spent here until ``h`` admits is time the engine would have
+queued the prompt anyway, so what waiting adds is the requests queued ahead of
+it here, spread over the region's replicas.  It still pays off when ``h``
+holds the prefix (its ``U(h)`` is small).
+
+Never dropping what others serve: a request that has waited ``wait_limit_s``
+in the regional queue (for a replica it chose, or because no replica admitted)
+has the admission limit waived (``waives_admission``): every healthy replica
+that holds its prefix or has KV room for it (prefix affinity, below) is an
+option again and the cheapest takes it, as blind pushing would have.  So
+the balancer holds a request back at most about that long plus one probe
+interval, never until a queue deadline that a blindly pushing least-load
+balancer would have served within.  ``wait_limit_s`` is one probe interval
+(0.25 s, production's): waiting is worth it for the late binding it buys
+until the next probe says where room is; a longer hold only moved the
+engine's queue into the balancer (ToT, 60 virtual s: TTFT p90 1.16 s at a 1 s
+limit, 0.44 s at 0.25 s, the same throughput).
+
+Prefix affinity: until a request has waited ``wait_limit_s``, a local replica
+that lacks more than ``affinity_tokens`` (256) of what the best local holder of
+its prompt caches is an option only by waiting (it joins the held-back ones).
+The prices above are of the present; a cold copy of a shared prefix also costs
+the future: it pins that prefix's KV on a second replica for as long as the
+prefix stays in use there, and every later turn follows it.  Where KV is
+scarce that is what caps throughput (8k-token caches, 2k-token system prompts:
+at the cold start, with nothing decoding anywhere, a turn priced 1.28 s at the
+holder's queue against 1.19 s on an idle replica spread each system prompt
+over two replicas for the whole run; 60 virtual s: 15.9 to 18.0 req/s with
+affinity, SGLang's tree 18.9).  After ``wait_limit_s`` the admission limit is
+waived and a replica lacking the prefix is an option again only if the copy
+fits its KV look-ahead (``K(r) + U(r) + min(pred, L) <= kv_capacity_tokens``:
+it evicts nothing); the holders always are.  A copy into a full cache evicts
+what that replica's own requests will reuse, the cost no price of the present
+sees; in the thrashing regime every cache is full, and letting the cheapest
+replica take a waived turn put a second system prompt on 1 to 4 of each
+region's replicas, a quarter of their 8k tokens (120 virtual s, seed 1:
+goodput 2.07 to 2.43; TTFT alone decided those copies, on learned prefill
+rates that the KV-bound queue had inflated 3 to 6x).  Where KV has room (L4
+caches) a busy holder is relieved as before.
+
+Peers get the same rule, since a forward copies the whole prompt cold: a
+request whose prefix a local replica caches (more than ``affinity_tokens``)
+is forwarded only after ``wait_limit_s``, and only when no local replica's KV
+look-ahead has room for it.  At the cold start every region opens its
+conversations at once, the peers' heartbeats say 0 s, and 1 % of the turns
+went abroad, each pinning a foreign 2k-token system prompt in a peer's 8k
+cache (goodput 2.43 to 3.33).  A prompt nothing here caches is forwarded on
+price alone, as before, and so is one to a peer holding at least as much of it
+as the best local holder (a program that went there earlier: no cold copy).
+So the balancer never holds a request past the wait limit for affinity: a
+holder is always an option.
+
+Held-back peers: a peer that serves the model but reports no replica admitting
+(or a queue past τ) is no option under Algorithm 1, and a forward there waits in
+that region's queue.  It is an option here for a request whose program lives
+there, where the peer holds more of the prompt than any local replica
+(``_living_there``); anywhere else it would be a cold copy into a full region.
+Without it a tree forwarded at its root came home for its branches whenever the
+peer was full, and each such branch copied the tree cold into a local replica
+(mixed ToT, 60 virtual s: 86 of the 133 decisions in us-east whose prompt a peer
+held more of than home found no available peer).  Its price adds the wait in its
+queue: the requests it reports queued there, each taken as a typical one here
+(the peer reports their count, not their work), spread over its healthy
+replicas at this region's mean rate, as ``wait(h)`` prices the requests queued
+ahead here.  With both (120 virtual s, seeds 1-3): ToT goodput 223.06 to 225.17,
+mixed ToT 183.27 to 187.12 with TTFT p90 9.00-9.70 s to 7.47-8.44 s, Figure 10
+cross-region at 9 replicas 87.68 to 88.64 req/s; without the queue's wait, mixed
+ToT's p90 fell only to 8.34-9.34 s.
+
+Peer ``g``: priced with the same terms as a replica, seen from here:
+
+* ``rtt(g) + estimate(g) + step_s + U(g) * price(g) + out * decode(g)``:
+  ``rtt(g)`` is the configured round trip, ``estimate(g)`` the seconds that
+  region reports for itself in its availability heartbeat
+  (``region_estimate``: its queue and KV pressure);
+* ``U(g)``: this prompt's tokens that region lacks.  A peer says what its
+  replicas hold in its heartbeat (``prefixes``: a sampled digest of its own
+  radix tree, ``core.prefix_digest``), so a document its own clients
+  put there is priced as cached, and one its caches evicted as cold.  What
+  this balancer forwarded there since that report counts as held too (the
+  peer as a tenant of the radix tree, cleared at each new report: the report
+  could not know it yet), whichever says more.  A peer that reports no digest
+  (an older balancer) is priced by every forward still in the tree, as
+  SkyLB's snapshot trie does; a prompt never sent there counts whole.  Trusting
+  the forwards alone credited peers with what their caches had dropped: an 8k
+  cache evicts a forwarded 2k-token system prompt long before the guess does
+  (small-KV conversations, seed 2: goodput 2.75 against 3.36 with the
+  digest), and missed the reuse between regions entirely (Mooncake on H100s:
+  hit rate 5.3 % against 10.9 %, 0.43 against 0.88 of the pooled bound);
+* ``price(g)`` and ``decode(g)``: seconds per uncached prompt token there
+  (prefill plus harm to the requests decoding there) and per output token, as
+  the peer reports them (``region_prices``, the heartbeat's ``prefill_prices``
+  and ``decode_prices``), weighted by ``reuse``: ``price(g) = P_here + reuse *
+  (P_g - P_here)`` with ``P_here = (1 + harm_weight * D) * p`` at this
+  region's mean rate and decoders, and ``reuse * decode_g``.  What the peer's
+  own decoders change delays the requests waiting on this reply; for unique
+  prompts it only moved TTFT (Azure, 300 s, the peer's prices unweighted:
+  9.3 % forwarded, TTFT p90 1.25 s, against 7.8 % and 1.17 s), and there the
+  peer is priced as before.  A peer that reports none (an older balancer) is
+  priced with ``P_here`` and this region's mean ``decode``.  Pricing the
+  peer's prefill with this region's decoders made a busy region's forward look
+  as harmful as a local one (Figure 10 at 6 replicas: 19.22 against 20.84
+  req/s);
+* the locality it loses here, unless the peer holds more of the prompt than
+  home (``U(g) < U_home``, a program already living there): the later turns
+  or branches of this request's program still arrive here, where the replica
+  that would have served it now lacks its new tokens and its reply.  Each of
+  them recomputes ``U_home + predicted output`` tokens (``U_home``: this
+  prompt's uncached tokens at the local replica holding its longest prefix),
+  priced like any prefill, ``(1 + harm_weight * D) * p`` per token, times
+  ``reuse``: how likely a later
+  request is to extend this one, learned as the share of each routed prompt
+  that was already cached (EWMA), so a workload of unique prompts pays nothing
+  for forwarding.  Where the peer holds more, forwarding leaves nothing behind.
+  At equal holdings it is charged only where neither holds any of the prompt.
+  Where both hold the same part of it (a system prompt, a tree's question),
+  what the forward leaves is this request's own tokens and reply, and its
+  program's later requests follow it abroad (the peer's tenancy of the tree,
+  then its digest), paying the round trip and the peer's prices in their own
+  decisions; charging it here too kept an overloaded region's new trees at
+  home (ToT in the thrashing regime, 120 s, seeds 1-3: goodput 66.96, 64.89,
+  67.04 charged against 67.56, 70.06, 70.01 not, TTFT p90 0.84-1.09 s against
+  0.58-0.78 s).  A prompt nobody holds any of may be a document that other
+  sessions here send again, and is charged (Mooncake on H100s: hit/bound 0.88
+  uncharged against 0.98).  Equal holdings were once charged throughout,
+  because a new conversation's first turn, whose system prompt both hold,
+  moved on noise (symmetric conversations, 120 s: 13.7 % forwarded); prefix
+  affinity and ``_may_forward`` keep it home now (0.0 % forwarded either way,
+  seeds 1-3);
+* what the copy displaces there: ``displace_weight * reuse * U(g) *
+  price(g)``.  The peer's caches are full in steady state (an LRU keeps
+  everything until it needs the room), so the ``U(g)`` tokens copied there
+  push out as many of what its own clients put there, reused about as often
+  as here (``reuse``): each is one they will prefill again.  The peer's own
+  prefixes are the mirror image of the locality lost here, and a prompt the
+  peer holds displaces only what it lacks.  Without it a cold prompt went
+  abroad on a small price difference and pushed the peer's documents out
+  (Mooncake on H100s, 300 s: hit rate 10.9 % against 12.1 %, 0.88 against
+  0.98 of the pooled bound; ToT on 8k-token caches, seeds 1-3: goodput
+  194.05 against 198.89, hit/bound 0.946-0.949 against 0.949-0.954); it
+  forwards less where a busy region relieves itself by sending whole
+  conversations to idle ones (Figure 10 at 6 replicas: 19.95 against 19.38
+  req/s).
+
+A region's ``region_estimate`` is what a typical request (mean prompt, mean
+output) would wait at its best healthy replica before its own prefill:
+``Q(r) * p(r) + pressure(r)``, the least over them, so a peer whose KV
+look-ahead is full does not look idle.  (The mean over them forwarded less
+where forwarding relieved bursts: Azure, 300 s, 2.0 % forwarded, TTFT p90
+1.24 s against 1.17 s.)  Its ``region_prices`` are ``p(r) * (1 + harm_weight
+* D(r))`` and ``decode(r)``, each the mean over its healthy replicas
+(``_mean_prices``), so a peer whose replicas run large batches does not look
+idle.
+
+Decision cost: a decision prices the replicas holding part of the prompt,
+then walks the cold ones from ``core.cost_floors``: orders of the
+replicas, kept as ledgers, rates and probes change, in which every replica not
+yet priced has a known lower bound, and stops once that bound cannot beat the
+best found (``ReplicaBook.cheapest``, ``meridian_book``).  When the prompt and
+its look-ahead fit in the KV capacity the order is a floor (``Q(r) * p(r)`` plus
+the pressure of the ledger alone); when they do not, every replica overflows
+and its pressure is linear in the request's excess with per-replica terms that
+depend on the probed ``kv_usage``, so two orders are walked in turn (Fagin's threshold algorithm).
+A decision therefore prices the holders and a few cold replicas, not all of
+them (``manage.py bench routing``; ``docs/results.md``, decision cost).
+
+Ties go to a replica before waiting before a peer; among holders to
+``load_key`` order and among cold replicas to the walk's (replicas in the same
+state: the lower id), so decisions are deterministic.
+
+Modules: this one decides (the options, affinity, the forwarding rule, what is
+learned); ``meridian_terms`` holds the settings, each replica's model and the
+arithmetic of one replica's price; ``meridian_book`` files the replicas by the
+floors of their cost and walks them; ``meridian_peers`` knows what each peer
+holds and prices a forward.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Collection, Mapping, Sequence
+from operator import attrgetter
+
+from core.policies.meridian_book import ReplicaBook
+from core.policies.meridian_peers import ForwardTerms, PeerHoldings, best_peer
+from core.policies.meridian_terms import (
+    InFlight,
+    MeridianConfig,
+    ReplicaModel,
+    clamp,
+    decode_cost_s,
+    ewma,
+    pressure_s,
+    replica_cost,
+    rtt_s,
+)
+from core.policy import Choice, Option, PolicyBase
+from core.prefix_digest import PrefixDigest, digest_of
+from core.radix_tree import RadixTree
+from core.types import RequestDescriptor, TargetState
+
+__all__ = ["MeridianConfig", "MeridianPolicy"]
+
+_TARGET_ID = attrgetter("target_id")
+
+
+class MeridianPolicy(PolicyBase):
+    name = "meridian"
+
+    def __init__(self, config: MeridianConfig | None = None) -> None:
+        self.config = config or MeridianConfig()
+        self.tree = RadixTree(self.config.max_blocks_per_target)
+        # Every replica's model, filed by the floors of its cost (the walk's index).
+        self.book = ReplicaBook(self.config)
+        self.peers = PeerHoldings(self.tree, self.config.block_tokens)
+        self.mean_output = float(self.config.default_output_tokens)
+        self.mean_uncached = 0.0
+        self.mean_prompt = 0.0
+        # Share of a routed prompt already cached: how likely a request extends an earlier one.
+        self.reuse = 0.0
+        self.decoding_total = 0
+        # The latest digest for peers, with the tree version and replicas it is of.
+        self._digest: tuple[tuple[int, tuple[str, ...]], PrefixDigest] | None = None
+
+    @property
+    def replicas(self) -> dict[str, ReplicaModel]:
+        """What the cost model knows of each replica, by id."""
+        return self.book.replicas
+
+    # -- the Policy interface -----------------------------------------------------------
+
+    def select(
+        self, request: RequestDescriptor, candidates: Sequence[TargetState]
+    ) -> TargetState | None:
+        """The cheapest of ``candidates`` (no peers, no waiting)."""
+        choice = self.choose(request, candidates, (), ())
+        return choice.target
+
+    def on_complete(self, request: RequestDescriptor, target: TargetState, ok: bool) -> None:
+        model = self.replicas.get(target.target_id)
+        entry = model.inflight.pop(request.request_id, None) if model else None
+        if model is None or entry is None:
+            return
+        model.kv_tokens -= entry.kv_tokens
+        if entry.prefilled:
+            model.decoding -= 1
+            self.decoding_total -= 1
+        else:
+            model.queued_prefill -= entry.uncached
+        self.book.reindex(target.target_id, model)
+
+    def on_targets_changed(self, target_ids: Sequence[str]) -> None:
+        keep = set(target_ids)
+        self.tree.retain_tenants(keep | self.peers.peer_ids)
+        self.book.retain(keep)
+        self.decoding_total = sum(m.decoding for m in self.replicas.values())
+        for target_id in target_ids:
+            self.book.model(target_id)
+
+    def learn_route(self, blocks: Sequence[int], target_id: str) -> None:
+        """A sibling process routed ``blocks`` to ``target_id``: the radix tree learns
+        where the prefix lives; the queued work stays that process's own ledger."""
+        self.tree.insert(blocks, target_id)
+
+    # -- the CostModel interface --------------------------------------------------------
+
+    def choose(
+        self,
+        request: RequestDescriptor,
+        available: Sequence[TargetState],
+        held_back: Sequence[TargetState],
+        peers: Sequence[TargetState],
+        *,
+        held_back_peers: Sequence[TargetState] = (),
+        waited_s: float = 0.0,
+        queued_ahead: int = 0,
+        peer_prefixes: Mapping[str, PrefixDigest] | None = None,
+    ) -> Choice:
+        waived = self.waives_admission(waited_s)
+        if held_back and waived:
+            # Waited long enough: held back or not, every replica is an option now.
+            available, held_back = [*available, *held_back], ()
+        # Built in C (dict over zip): at 512 targets a comprehension is a third of a decision.
+        admitting = dict(zip(map(_TARGET_ID, available), available))
+        waiting = dict(zip(map(_TARGET_ID, held_back), held_back))
+        local = admitting.keys() | waiting.keys() if waiting else admitting.keys()
+        uncached = self.uncached_by_target(request, local)
+        everywhere = admitting
+        if uncached:
+            admitting, waiting = self._with_affinity(request, admitting, waiting, uncached, waived)
+        at_peers: Mapping[str, int] = {}
+        queued_s: dict[str, float] = {}
+        reachable = [*peers, *held_back_peers] if held_back_peers else peers
+        told = self.peers.usable(peer_prefixes) if reachable and peer_prefixes else {}
+        if reachable:
+            at_peers = self.peers.uncached(request, reachable, told)
+            if held_back_peers:
+                living = self._living_there(request, held_back_peers, uncached, at_peers)
+                queued_s = {p.target_id: self._peer_queue_s(p) for p in living}
+                peers = [*peers, *living]
+        if peers and not self._may_forward(request, uncached, everywhere, waived):
+            # A forward there is no cold copy where the program already lives.
+            home = min(uncached.values())
+            prompt = request.prompt_tokens
+            peers = [p for p in peers if at_peers.get(p.target_id, prompt) <= home]
+        # Decode terms only where a peer is an option: see ``decode`` above.
+        decode_here = self._decode_here(request) if peers else 0.0
+        best = self._best_replica(request, admitting, uncached, decode_here)
+        if waiting:
+            wait = self._best_wait(
+                request, waiting, uncached, queued_ahead, len(local), decode_here
+            )
+            if wait.cost_s < best.cost_s:
+                best = wait
+        if peers:
+            # What a forward leaves behind: the best local match it does not extend.
+            # With no local replica at all there is no locality to lose (None).
+            home_uncached = min(uncached.values(), default=request.prompt_tokens) if local else None
+            peer = self._best_peer(request, peers, home_uncached, at_peers, queued_s)
+            if peer.cost_s < best.cost_s:
+                best = peer
+        if best.option is Option.REPLICA and best.target is not None:
+            tokens = uncached.get(best.target.target_id, request.prompt_tokens)
+            self._record(request, best.target, tokens)
+        elif best.option is Option.PEER and best.target is not None:
+            self.peers.forwarded(request, best.target.target_id)
+        return best
+
+    def _with_affinity(
+        self,
+        request: RequestDescriptor,
+        admitting: dict[str, TargetState],
+        waiting: dict[str, TargetState],
+        uncached: dict[str, int],
+        waived: bool,
+    ) -> tuple[dict[str, TargetState], dict[str, TargetState]]:
+        """Prefix affinity.  Before the wait limit, admitting replicas that lack more
+        than ``affinity_tokens`` of what the best local holder caches move to the
+        held-back ones (reached only by waiting); after it, such a replica stays an
+        option only if the copy fits its KV look-ahead (it evicts nothing)."""
+        limit = min(uncached.values()) + self.config.affinity_tokens
+        prompt = request.prompt_tokens
+        if prompt <= limit:
+            return admitting, waiting  # the best holder saves no more than the slack
+        # Over the holders only (a decision must not walk every replica in Python).
+        near = {t: admitting[t] for t, u in uncached.items() if u <= limit and t in admitting}
+        if len(near) == len(admitting):
+            return admitting, waiting
+        if waived:
+            if not near:
+                return admitting, waiting  # no healthy holder: every replica, as blind pushing
+            # After the wait limit (every replica is admitting then, nothing waits).
+            decode = self._decode_tokens(request)
+            roomy = {
+                t: target
+                for t, target in admitting.items()
+                if t not in near and self._fits(target, uncached.get(t, prompt) + decode)
+            }
+            return {**near, **roomy}, waiting
+        # Every admitting replica joins the held-back ones, the near ones included: as
+        # a wait each costs more than itself as a replica, so it never wins as one.
+        return near, {**waiting, **admitting}
+
+    @staticmethod
+    def _living_there(
+        request: RequestDescriptor,
+        held_back_peers: Sequence[TargetState],
+        uncached: Mapping[str, int],
+        at_peers: Mapping[str, int],
+    ) -> list[TargetState]:
+        """The held-back peers that hold more of the prompt than any local replica:
+        the request's program lives there, and following it (waiting in that
+        region's queue) is an option; anywhere else it would be a cold copy."""
+        home = min(uncached.values(), default=request.prompt_tokens)
+        prompt = request.prompt_tokens
+        return [p for p in held_back_peers if at_peers.get(p.target_id, prompt) < home]
+
+    def _may_forward(
+        self,
+        request: RequestDescriptor,
+        uncached: Mapping[str, int],
+        local: Mapping[str, TargetState],
+        waived: bool,
+    ) -> bool:
+        """Whether peers are options: a forward is a cold copy of the whole prompt, so
+        a request whose prefix a local replica caches (more than ``affinity_tokens``)
+        is forwarded only after the wait limit, and only when no local replica's KV
+        look-ahead has room for it (the region is thrashing, not merely busy)."""
+        prompt = request.prompt_tokens
+        if not uncached or min(uncached.values()) + self.config.affinity_tokens >= prompt:
+            return True
+        if not waived:
+            return False
+        decode = self._decode_tokens(request)
+        return not any(
+            self._fits(target, uncached.get(t, prompt) + decode) for t, target in local.items()
+        )
+
+    def _fits(self, target: TargetState, kv_tokens: int) -> bool:
+        """Whether ``kv_tokens`` more fit ``target``'s KV look-ahead with no pressure."""
+        return pressure_s(self.config, self.book.model(target.target_id), kv_tokens) == 0.0
+
+    def admits(self, target: TargetState) -> bool:
+        model = self.replicas.get(target.target_id)
+        return model is None or model.queued_prefill < self.config.admission_tokens
+
+    def waives_admission(self, waited_s: float) -> bool:
+        return waited_s >= self.config.wait_limit_s
+
+    def region_estimate(self, targets: Sequence[TargetState]) -> float:
+        typical = round(self.mean_uncached) + min(
+            round(self.mean_output), self.config.lookahead_tokens
+        )
+        return min(
+            (
+                self._queue_s(t.target_id)
+                + pressure_s(self.config, self.book.model(t.target_id), typical)
+                for t in targets
+                if t.healthy
+            ),
+            default=math.inf,
+        )
+
+    def region_prices(self, targets: Sequence[TargetState]) -> tuple[float, float]:
+        return self._mean_prices(targets)
+
+    def region_digest(self, targets: Sequence[TargetState]) -> PrefixDigest:
+        """What the healthy ``targets`` hold, as the radix tree knows it, sampled for
+        peers (``core.prefix_digest``); rebuilt only when the tree or the
+        replicas changed since the last report."""
+        ids = tuple(sorted(t.target_id for t in targets if t.healthy))
+        key = (self.tree.version, ids)
+        if self._digest is not None and self._digest[0] == key:
+            return self._digest[1]
+        cfg = self.config
+        digest = digest_of(
+            self.tree,
+            frozenset(ids),
+            block_tokens=cfg.block_tokens,
+            min_stride=cfg.digest_min_stride,
+            max_hashes=cfg.digest_max_hashes,
+        )
+        self._digest = (key, digest)
+        return digest
+
+    def _mean_prices(self, targets: Sequence[TargetState]) -> tuple[float, float]:
+        """The prices of one prompt token (prefill plus harm to the decoders) and one
+        output token (the decode terms) here, averaged over the healthy replicas: a
+        forward lands wherever the peer's balancer puts it on arrival, a poll interval
+        and a round trip after the report, and every region reads the same report.
+        Reporting the least-loaded replica's made regions under the same load forward
+        to each other (Azure conversations, 300 s, with decode terms on every option:
+        56 % of requests forwarded reporting the replica least for the sum, 13.6 %
+        reporting the mean)."""
+        cfg = self.config
+        prefill = decode = 0.0
+        healthy = 0
+        for t in targets:
+            if not t.healthy:
+                continue
+            model = self.book.model(t.target_id)
+            healthy += 1
+            prefill += model.prefill_s_per_token * (1.0 + cfg.harm_weight * model.decoding)
+            decode += decode_cost_s(cfg, model.decoding, 1)
+        if not healthy:
+            return math.inf, math.inf
+        return prefill / healthy, decode / healthy
+
+    def observe_first_token(
+        self, request: RequestDescriptor, target_id: str, ttft_s: float
+    ) -> None:
+        model = self.replicas.get(target_id)
+        entry = model.inflight.get(request.request_id) if model else None
+        if model is None or entry is None or entry.prefilled:
+            return
+        entry.prefilled = True
+        model.queued_prefill -= entry.uncached
+        model.decoding += 1
+        self.decoding_total += 1
+        work = entry.queued_ahead + entry.uncached
+        if work >= self.config.min_sample_tokens:
+            cfg = self.config
+            sample = max(0.0, ttft_s - model.rtt_s - cfg.step_s) / work
+            sample = clamp(sample, cfg.prefill_s_per_token / 8, cfg.prefill_s_per_token * 8)
+            model.prefill_s_per_token = self._ewma(model.prefill_s_per_token, sample)
+            # Off the decision path (a response arrived): a full scan is affordable here.
+            self.book.relearn_least_rate()
+        self.book.reindex(target_id, model)
+
+    def observe_finish(
+        self, request: RequestDescriptor, target_id: str, decode_s: float, output_tokens: int
+    ) -> None:
+        if output_tokens < 1:
+            return
+        self.mean_output = self._ewma(self.mean_output, float(output_tokens))
+        model = self.replicas.get(target_id)
+        if model is None:
+            return
+        model.mean_output = self._ewma(model.mean_output, float(output_tokens))
+        if output_tokens >= 2:
+            sample = clamp(
+                decode_s / (output_tokens - 1), self.config.itl_s / 8, self.config.itl_s * 8
+            )
+            model.itl_s = self._ewma(model.itl_s, sample)
+        self.book.reindex(target_id, model)
+
+    def observe_probe(self, target_id: str, kv_usage: float) -> None:
+        """A probe of ``target_id`` read ``kv_usage``.  The cost model prices the KV
+        usage it was told here, not ``TargetState.kv_usage``: the walk's floors are
+        filed with it (off the decision path), so they hold for every decision."""
+        model = self.book.model(target_id)
+        if model.kv_usage != kv_usage:
+            model.kv_usage = kv_usage
+            self.book.reindex(target_id, model)
+
+    # -- pricing ------------------------------------------------------------------------
+
+    def predicted_output(self, request: RequestDescriptor) -> int:
+        if request.predicted_output_tokens is not None:
+            return max(0, request.predicted_output_tokens)
+        guess = round(self.mean_output)
+        return min(guess, request.max_tokens) if request.max_tokens is not None else guess
+
+    def uncached_by_target(
+        self, request: RequestDescriptor, targets: Collection[str]
+    ) -> dict[str, int]:
+        """Uncached prompt tokens per target that holds part of the prompt."""
+        blocks = request.block_hashes
+        if not blocks:
+            return {}
+        depths = self.tree.match_depths(blocks, targets)
+        size, prompt = self.config.block_tokens, request.prompt_tokens
+        return {t: max(0, prompt - d * size) for t, d in depths.items()}
+
+    def replica_cost(self, request: RequestDescriptor, target: TargetState, uncached: int) -> float:
+        """ttft + harm + pressure of sending ``request`` to ``target`` now."""
+        model = self.book.model(target.target_id)
+        self.book.sync_rtt(target.target_id, model, rtt_s(self.config, target))
+        return replica_cost(self.config, model, uncached, self._decode_tokens(request))
+
+    def _decode_tokens(self, request: RequestDescriptor) -> int:
+        """KV tokens the request's decoding adds within the look-ahead."""
+        return min(self.predicted_output(request), self.config.lookahead_tokens)
+
+    def _best_replica(
+        self,
+        request: RequestDescriptor,
+        targets: dict[str, TargetState],
+        uncached: dict[str, int],
+        decode_here: float,
+    ) -> Choice:
+        best, cost = self._cheapest(request, targets, uncached, 0.0)
+        if best is None:
+            return Choice(Option.WAIT, None, math.inf)
+        return Choice(Option.REPLICA, best, cost + decode_here)
+
+    def _decode_here(self, request: RequestDescriptor) -> float:
+        """The request's decode terms in this region, the mean over its replicas (as
+        a peer reports its own): what a local option is set against a peer with.
+        ``decode`` is linear in ``D``, so its mean is its value at the mean ``D``,
+        kept as a running total (no walk over the replicas per decision).  Weighted
+        by ``reuse``, as a peer's reported prices are (``meridian_peers``)."""
+        cfg = self.config
+        running = self._mean_decoding()
+        step = cfg.step_s + (running + 1 + cfg.harm_weight * running) * cfg.seq_s
+        return self.reuse * cfg.decode_weight * self.predicted_output(request) * step
+
+    def _best_wait(
+        self,
+        request: RequestDescriptor,
+        held_back: dict[str, TargetState],
+        uncached: dict[str, int],
+        queued_ahead: int,
+        replicas: int,
+        decode_here: float,
+    ) -> Choice:
+        # replica_cost already counts all of Q(h): what waits here for h to admit is
+        # prefilled that much later at the engine, not twice.  What waiting adds is
+        # the requests queued ahead here, spread over the region's replicas.
+        ahead_tokens = queued_ahead * self.mean_uncached / max(1, replicas)
+        _, cost = self._cheapest(request, held_back, uncached, ahead_tokens)
+        return Choice(Option.WAIT, None, cost + decode_here)
+
+    def _cheapest(
+        self,
+        request: RequestDescriptor,
+        by_id: dict[str, TargetState],
+        uncached: Mapping[str, int],
+        extra_tokens: float,
+    ) -> tuple[TargetState | None, float]:
+        """The cheapest of ``by_id`` for ``request`` (``ReplicaBook.cheapest``)."""
+        decode = self._decode_tokens(request)
+        return self.book.cheapest(request.prompt_tokens, decode, by_id, uncached, extra_tokens)
+
+    def _best_peer(
+        self,
+        request: RequestDescriptor,
+        peers: Sequence[TargetState],
+        home_uncached: int | None,
+        at_peers: Mapping[str, int],
+        queued_s: Mapping[str, float],
+    ) -> Choice:
+        cfg = self.config
+        rate = self._mean_rate()
+        output = self.predicted_output(request)
+        terms = ForwardTerms(
+            prompt=request.prompt_tokens,
+            output=output,
+            # Per-token price of prefill anywhere: its own wait plus its harm to decoders.
+            per_token=rate * (1.0 + cfg.harm_weight * self._mean_decoding()),
+            # A peer that reports no prices (an older balancer) is priced as this
+            # region: its mean rate and decoders for prefill, its mean decode terms.
+            decode_per_token=self._decode_here(request) / max(1, output),
+            reuse=self.reuse,
+            home_uncached=home_uncached,
+            step_s=cfg.step_s,
+            displace_weight=cfg.displace_weight,
+        )
+        return best_peer(terms, peers, at_peers, queued_s)
+
+    def _peer_queue_s(self, peer: TargetState) -> float:
+        """What a forward waits in a held-back peer's queue: the requests it
+        reported queued there, each taken as a typical one here (the peer reports
+        their count, not their work), spread over its healthy replicas, at this
+        region's mean rate; as ``wait(h)`` prices the requests queued ahead here."""
+        replicas = max(1.0, peer.extra.get("healthy_replicas", 1.0))
+        return peer.waiting * self.mean_uncached * self._mean_rate() / replicas
+
+    def _mean_decoding(self) -> float:
+        return self.decoding_total / len(self.replicas) if self.replicas else 0.0
+
+    def _queue_s(self, target_id: str) -> float:
+        model = self.book.model(target_id)
+        return model.queued_prefill * model.prefill_s_per_token
+
+    def _mean_rate(self) -> float:
+        if not self.replicas:
+            return self.config.prefill_s_per_token
+        return sum(m.prefill_s_per_token for m in self.replicas.values()) / len(self.replicas)
+
+    # -- bookkeeping ----------------------------------------------------------------------
+
+    def _record(self, request: RequestDescriptor, target: TargetState, uncached: int) -> None:
+        model = self.book.model(target.target_id)
+        previous = model.inflight.pop(request.request_id, None)
+        if previous is not None:  # the same request again on the same replica (a retry)
+            model.kv_tokens -= previous.kv_tokens
+            model.queued_prefill -= 0 if previous.prefilled else previous.uncached
+            model.decoding -= 1 if previous.prefilled else 0
+            self.decoding_total -= 1 if previous.prefilled else 0
+        # What its first token's TTFT will carry (reindexed below).
+        model.rtt_s = rtt_s(self.config, target)
+        entry = InFlight(uncached, uncached + self._decode_tokens(request), model.queued_prefill)
+        model.inflight[request.request_id] = entry
+        model.queued_prefill += uncached
+        model.kv_tokens += entry.kv_tokens
+        self.book.reindex(target.target_id, model)
+        self.mean_uncached = self._ewma(self.mean_uncached, float(uncached))
+        prompt = request.prompt_tokens
+        self.mean_prompt = self._ewma(self.mean_prompt, float(prompt))
+        if prompt > 0:
+            self.reuse = self._ewma(self.reuse, 1.0 - uncached / prompt)
+        self.tree.insert(request.block_hashes, target.target_id)
+
+    def _ewma(self, current: float, sample: float) -> float:
+        return ewma(self.config.ewma_alpha, current, sample)

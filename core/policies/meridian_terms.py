@@ -1,0 +1,158 @@
+"""The cost model's settings, what it knows of each replica, and one replica's terms.
+
+``core.policies.meridian`` documents every term and where its numbers come
+from; this module holds the per-replica state those terms read (a replica's
+learned rates, the ledger of what this balancer sent it, its probed KV usage) and
+the arithmetic of one replica's price, shared by the policy and by the walk over
+cold replicas (``core.policies.meridian_book``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from core.types import RTT_KEY, TargetState
+
+
+@dataclass(frozen=True, slots=True)
+class MeridianConfig:
+    # Engine-profile defaults (l4-llama3.1-8b), refined online per replica.
+    prefill_s_per_token: float = 0.53e-3
+    itl_s: float = 0.035
+    step_s: float = 0.030
+    # What one more running sequence adds to a decode step (its GEMM share and
+    # the attention reads of ~1k tokens of context).
+    seq_s: float = 0.75e-3
+    # Weight of the decode terms (a request's own decode steps and their slowdown
+    # of the running ones) against the time to first token; 0 prices TTFT only.
+    decode_weight: float = 1.0
+    local_rtt_s: float = 0.001
+    # SP-P's rule in tokens: queued prefill a replica may hold and still admit.
+    admission_tokens: int = 4096
+    # PreServe look-ahead: KV capacity and how many decode tokens ahead to count.
+    kv_capacity_tokens: int = 32_768
+    lookahead_tokens: int = 256
+    default_output_tokens: int = 256
+    harm_weight: float = 1.0
+    block_tokens: int = 16
+    max_blocks_per_target: int = 2048
+    ewma_alpha: float = 0.2
+    min_sample_tokens: int = 64
+    # Waiting stays an option only this long, so it never becomes a timeout.
+    wait_limit_s: float = 0.25
+    # Prefix affinity: a replica lacking more than this many tokens of what the best
+    # local holder caches is reached only by waiting (until wait_limit_s).
+    affinity_tokens: int = 256
+    # The region's prefix digest for peers (core.prefix_digest): every
+    # ``digest_min_stride``-th block of what its replicas hold, the stride doubled
+    # until it fits ``digest_max_hashes`` (8 bytes each in the heartbeat).
+    digest_min_stride: int = 4
+    digest_max_hashes: int = 4096
+    # Weight of what a copy into a peer's caches displaces there (``reuse`` x the
+    # tokens it copies x the peer's prefill price); 0 leaves it unpriced.
+    displace_weight: float = 1.0
+
+    def __post_init__(self) -> None:
+        positive = {
+            "prefill_s_per_token": self.prefill_s_per_token,
+            "itl_s": self.itl_s,
+            "seq_s": self.seq_s,
+            "admission_tokens": self.admission_tokens,
+            "kv_capacity_tokens": self.kv_capacity_tokens,
+            "block_tokens": self.block_tokens,
+            "max_blocks_per_target": self.max_blocks_per_target,
+            "default_output_tokens": self.default_output_tokens,
+            "digest_min_stride": self.digest_min_stride,
+            "digest_max_hashes": self.digest_max_hashes,
+        }
+        for key, value in positive.items():
+            if value <= 0:
+                raise ValueError(f"{key} must be positive")
+        if min(self.step_s, self.local_rtt_s, self.harm_weight, self.wait_limit_s) < 0:
+            raise ValueError("step_s, local_rtt_s, harm_weight and wait_limit_s must be >= 0")
+        if self.decode_weight < 0 or self.displace_weight < 0:
+            raise ValueError("decode_weight and displace_weight must be >= 0")
+        if min(self.lookahead_tokens, self.min_sample_tokens, self.affinity_tokens) < 0:
+            raise ValueError("lookahead_tokens, min_sample_tokens and affinity_tokens must be >= 0")
+        if not 0.0 < self.ewma_alpha <= 1.0:
+            raise ValueError("ewma_alpha must be within (0, 1]")
+
+
+@dataclass(slots=True)
+class InFlight:
+    """One request this balancer sent to a replica, as the cost model counts it."""
+
+    uncached: int
+    kv_tokens: int
+    queued_ahead: int
+    prefilled: bool = False
+
+
+@dataclass(slots=True)
+class ReplicaModel:
+    """What the cost model knows of one replica: learned rates, its ledger and its
+    probed KV usage."""
+
+    prefill_s_per_token: float
+    itl_s: float
+    mean_output: float
+    # The round trip to it when this balancer last sent it a request (``rtt_s``).
+    rtt_s: float = 0.0
+    queued_prefill: int = 0
+    kv_tokens: int = 0
+    decoding: int = 0
+    # The latest probe's KV usage (0..1), as observe_probe reported it.
+    kv_usage: float = 0.0
+    inflight: dict[str, InFlight] = field(default_factory=dict)
+
+
+def rtt_s(config: MeridianConfig, target: TargetState) -> float:
+    """The round trip to ``target`` from here, at least ``local_rtt_s``."""
+    return max(config.local_rtt_s, target.extra.get(RTT_KEY, 0.0) / 1000.0)
+
+
+def replica_cost(config: MeridianConfig, model: ReplicaModel, uncached: int, decode: int) -> float:
+    """``ttft + harm + pressure`` of ``uncached`` prompt tokens and ``decode`` look-ahead
+    decode tokens on the replica ``model`` describes."""
+    rate = model.prefill_s_per_token
+    prefill_s = uncached * rate
+    ttft = model.rtt_s + config.step_s + model.queued_prefill * rate + prefill_s
+    harm = config.harm_weight * prefill_s * model.decoding
+    # The KV it adds there: its uncached prompt and its look-ahead decode (the
+    # cached prefix is held already, once for every request sharing it).
+    return ttft + harm + pressure_s(config, model, uncached + decode)
+
+
+def decode_cost_s(config: MeridianConfig, running: float, output: int) -> float:
+    """Decode seconds ``output`` tokens cost where ``running`` sequences decode: its
+    own steps, each one sequence fuller than now, and the same slowdown of the
+    ``running`` ones."""
+    step = config.step_s + (running + 1 + config.harm_weight * running) * config.seq_s
+    return config.decode_weight * output * step
+
+
+def pressure_s(config: MeridianConfig, model: ReplicaModel, kv_tokens: int) -> float:
+    """Seconds until the replica frees room for ``kv_tokens`` more KV tokens."""
+    held = max(model.kv_tokens, int(model.kv_usage * config.kv_capacity_tokens))
+    overflow = held + kv_tokens - config.kv_capacity_tokens
+    if overflow <= 0:
+        return 0.0
+    return drain_s(overflow, held, model)
+
+
+def drain_s(overflow: int, held: int, model: ReplicaModel) -> float:
+    """Seconds until ``overflow`` KV tokens are freed on a replica holding ``held``.
+
+    The held tokens drain as their requests finish decoding, over about one
+    request lifetime there (its mean output x itl): the overflow frees in that
+    share of it.
+    """
+    return overflow * model.mean_output * model.itl_s / max(1, held)
+
+
+def clamp(value: float, low: float, high: float) -> float:
+    return min(high, max(low, value))
+
+
+def ewma(alpha: float, current: float, sample: float) -> float:
+    return current + alpha * (sample - current)

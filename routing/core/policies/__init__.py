@@ -1,1 +1,0 @@
-"""One module per routing policy; ``routing.core.registry`` builds them by name."""
