@@ -1,7 +1,14 @@
 """What a run measured, in SkyLB §5's terms.
 
-* throughput: successful requests per virtual second, from the first send to
-  the last answer (the paper's "service throughput"), plus output tokens/s;
+* throughput: successful requests per virtual second while the load ran (the
+  paper's "service throughput"), plus output tokens/s.  A run bounded by
+  ``duration_s`` counts the answers that arrived from the first send to the
+  moment clients stopped, over that window: after it the load drains, and how
+  long the drain lasts is set by the slowest few requests sent last, not by the
+  policy's rate (a closed loop that served more requests ends on more
+  stragglers).  A run bounded by a request count counts every answer, from the
+  first send to the last answer.  ``throughput_makespan_rps`` is every answer
+  over the whole run, drain included, for comparison;
 * TTFT and end-to-end latency p50/p90/p99 as the client saw them (including
   the RTT to its balancer and any forward);
 * KV hit rate: cached prompt tokens over prompt tokens, from the replicas'
@@ -17,8 +24,8 @@
   the request, e.g. a context longer than ``max_model_len``), ``dropped``
   (every other failure, a 503 after a queue timeout, or still unfinished when
   the run ended), SLO attainment (the share of issued requests answered with a
-  TTFT within ``ttft_slo_s``) and goodput (those requests per second).  A
-  rejection or a drop is always a miss;
+  TTFT within ``ttft_slo_s``) and goodput (those requests per second, over the
+  throughput's window).  A rejection or a drop is always a miss;
 * oracle bounds on the hit rate (``sim.des.oracle``): one infinite cache, and
   the fleet's real capacity pooled as if placement were free, with the policy's
   hit rate as a share of the latter (``hit_of_bound``); and what this
@@ -38,6 +45,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from sim.des.clients import RequestRecord
 from sim.des.config import SimConfig
 from sim.des.oracle import (
     BalancerPool,
@@ -71,7 +79,11 @@ class Summary:
     unfinished: int
     errors: dict[str, int]
     makespan_s: float
+    # The window rates are over and the answers inside it (see the module docstring).
+    window_s: float
+    served_in_window: int
     throughput_rps: float
+    throughput_makespan_rps: float
     output_tps: float
     ttft: dict[str, float | None]
     e2e: dict[str, float | None]
@@ -108,11 +120,14 @@ def summarize(run: SimRun, label: str = "", ttft_slo_s: float = DEFAULT_TTFT_SLO
     failed = len(records) - len(ok) - len(unfinished)
     start = min((r.sent_at for r in records), default=0.0)
     makespan = max(run.end_s - start, 1e-9)
+    window_end = _load_end(run.config, run.end_s)
+    window = max(window_end - start, 1e-9)
+    in_window = [r for r in ok if r.done_at is not None and r.done_at <= window_end]
     prompt = sum(r.prompt_tokens for r in ok)
     cached = sum(r.cached_tokens for r in ok)
     waits = [r.journey.queue_wait for r in records if r.done_at is not None]
     rejected = sum(1 for r in records if r.done_at is not None and r.status == STATUS_REJECTED)
-    good = sum(1 for r in ok if r.ttft is not None and r.ttft <= ttft_slo_s)
+    good = sum(1 for r in ok if _in_slo(r, ttft_slo_s))
     bounds = _bounds(run, prompt)
     hit_rate = cached / prompt if prompt else 0.0
     return Summary(
@@ -123,8 +138,11 @@ def summarize(run: SimRun, label: str = "", ttft_slo_s: float = DEFAULT_TTFT_SLO
         unfinished=len(unfinished),
         errors=dict(Counter(str(r.status) for r in records if r.done_at is not None and not r.ok)),
         makespan_s=makespan,
-        throughput_rps=len(ok) / makespan,
-        output_tps=sum(r.completion_tokens for r in ok) / makespan,
+        window_s=window,
+        served_in_window=len(in_window),
+        throughput_rps=len(in_window) / window,
+        throughput_makespan_rps=len(ok) / makespan,
+        output_tps=sum(r.completion_tokens for r in in_window) / window,
         ttft=_pcts([r.ttft for r in ok if r.ttft is not None]),
         e2e=_pcts([r.e2e for r in ok if r.e2e is not None]),
         prompt_tokens=prompt,
@@ -138,13 +156,28 @@ def summarize(run: SimRun, label: str = "", ttft_slo_s: float = DEFAULT_TTFT_SLO
         dropped=len(records) - len(ok) - rejected,
         ttft_slo_s=ttft_slo_s,
         slo_attainment=good / len(records) if records else 0.0,
-        goodput_rps=good / makespan,
+        goodput_rps=sum(1 for r in in_window if _in_slo(r, ttft_slo_s)) / window,
         bound_infinite=bounds.infinite,
         bound_hit_rate=bounds.pooled,
         hit_of_bound=share_of_bound(hit_rate, bounds.pooled),
         bound_reachable=bounds.reachable,
         hit_of_reachable=share_of_bound(hit_rate, bounds.reachable),
     )
+
+
+def _load_end(config: SimConfig, run_end_s: float) -> float:
+    """When clients stopped sending: the end of the window rates are measured over.
+
+    A run bounded by duration alone stops at a known time; one bounded by a request
+    count (or both) is measured to its last answer, as a fixed-count benchmark is.
+    """
+    if config.duration_s is None or config.max_requests is not None:
+        return run_end_s
+    return min(config.warmup_s + config.duration_s, run_end_s)
+
+
+def _in_slo(record: RequestRecord, ttft_slo_s: float) -> bool:
+    return record.ok and record.ttft is not None and record.ttft <= ttft_slo_s
 
 
 def _bounds(run: SimRun, prompt_tokens: int) -> Bounds:

@@ -112,7 +112,8 @@ def format_table(summaries: Sequence[Summary]) -> str:
 
 
 LEGEND = (
-    "ranked by goodput: requests/s answered with TTFT <= {slo:g} s; SLO % and goodput count "
+    "ranked by goodput: requests/s answered with TTFT <= {slo:g} s; req/s and goodput are "
+    "over the window clients sent in (the drain after it is left out); SLO % and goodput count "
     "every rejection (rej: 400) and drop (timeouts, 5xx, unfinished) as a miss; percentiles "
     "are over successes. hit/bound: hit rate over the fleet's KV pooled as one LRU cache "
     "(bound %); hit/reach: over what this deployment's balancers reach without forwarding, "

@@ -57,6 +57,29 @@ def test_a_request_over_the_slo_or_rejected_is_a_miss(
     assert lenient.slo_attainment == 2 / 5
 
 
+def test_rates_are_over_the_window_clients_sent_in(make_config: Callable[..., SimConfig]) -> None:
+    # Clients send from the 1 s warm-up for 10 s; one straggler sent last answers at 40 s.
+    config = make_config(max_requests=None, duration_s=10.0, warmup_s=1.0)
+    records = [served(i, 0.5) for i in range(1, 10)]
+    records.append(RequestRecord("late", "us-east", 10.5, 100, 11.0, 40.0, True, 200))
+    summary = summarize(SimRun(config, records, end_s=40.0))
+    assert (summary.window_s, summary.served_in_window, summary.ok) == (10.0, 9, 10)
+    assert summary.throughput_rps == 9 / 10.0
+    assert summary.goodput_rps == 9 / 10.0
+    # The whole run, drain included, is kept beside it: the straggler set its length.
+    assert summary.throughput_makespan_rps == 10 / 39.0
+    # Every answer still counts in the latencies and the SLO attainment.
+    assert summary.slo_attainment == 1.0
+
+
+def test_a_run_bounded_by_count_is_measured_to_its_last_answer(
+    make_config: Callable[..., SimConfig],
+) -> None:
+    summary = summarize(SimRun(make_config(), [served(i, 0.5) for i in range(10)], end_s=20.0))
+    assert (summary.window_s, summary.served_in_window) == (20.0, 10)
+    assert summary.throughput_rps == summary.throughput_makespan_rps == 10 / 20.0
+
+
 def test_context_rejections_are_counted_in_a_simulated_run(
     make_config: Callable[..., SimConfig],
 ) -> None:
