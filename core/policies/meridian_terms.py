@@ -43,6 +43,10 @@ class MeridianConfig:
     # Prefix affinity: a replica lacking more than this many tokens of what the best
     # local holder caches is reached only by waiting (until wait_limit_s).
     affinity_tokens: int = 256
+    # Past wait_limit_s, a replica lacking the prefix takes the request only if the
+    # copy is at most this share of a replica's KV cache: a larger copy pins that
+    # share for the program's later requests, which follow it there.
+    max_copy_share: float = 0.25
     # The region's prefix digest for peers (core.prefix_digest): every
     # ``digest_min_stride``-th block of what its replicas hold, the stride doubled
     # until it fits ``digest_max_hashes`` (8 bytes each in the heartbeat).
@@ -76,6 +80,8 @@ class MeridianConfig:
             raise ValueError("lookahead_tokens, min_sample_tokens and affinity_tokens must be >= 0")
         if not 0.0 < self.ewma_alpha <= 1.0:
             raise ValueError("ewma_alpha must be within (0, 1]")
+        if not 0.0 < self.max_copy_share <= 1.0:
+            raise ValueError("max_copy_share must be within (0, 1]")
 
 
 @dataclass(slots=True)

@@ -211,7 +211,8 @@ def test_after_the_wait_limit_a_cold_copy_that_must_evict_is_no_option() -> None
     # 4k-token caches: a 2,400-token prefix copied onto a replica whose KV look-ahead
     # is full would evict what it holds (the thrashing regime), so after the wait
     # limit the holder takes the request even where the copy is priced cheaper.
-    config = MeridianConfig(admission_tokens=1000, kv_capacity_tokens=4096)
+    # (Copies up to the whole cache are allowed here: the share is tested below.)
+    config = MeridianConfig(admission_tokens=1000, kv_capacity_tokens=4096, max_copy_share=1.0)
     policy = MeridianPolicy(config)
     holder, full, roomy = target("holder"), target("full"), target("roomy")
     system = prefix(1, 150)  # 2,400 tokens
@@ -228,6 +229,29 @@ def test_after_the_wait_limit_a_cold_copy_that_must_evict_is_no_option() -> None
     assert late.option is Option.REPLICA and late.target is holder
     # A replica with room for the copy stays an option, and the prices decide.
     assert policy.choose(turn, [full, roomy], [holder], [], waited_s=waited).target is roomy
+
+
+def test_after_the_wait_limit_a_copy_over_the_share_of_a_cache_is_no_option() -> None:
+    # 8k-token caches and a 2,400-token system prompt (29 % of a cache): an idle
+    # replica has room for the copy now, but it would pin that share for every later
+    # turn that follows it there, so past the wait limit the busy holder keeps it.
+    config = MeridianConfig(admission_tokens=1000, kv_capacity_tokens=8192)
+    policy = MeridianPolicy(config)
+    holder, idle = target("holder"), target("idle")
+    system = prefix(1, 150)  # 2,400 tokens
+    policy.select(request(system), [holder])
+    policy.select(sized(6000, "backlog"), [holder])
+    turn = request(prefix(2, 2, system))
+    waited = config.wait_limit_s
+    assert policy.replica_cost(turn, idle, 2432) < policy.replica_cost(turn, holder, 32)
+    assert policy.choose(turn, [idle], [holder], [], waited_s=waited).target is holder
+    # A share that admits the copy leaves the prices to decide, as before.
+    lenient = MeridianPolicy(replace(config, max_copy_share=0.5))
+    lenient.select(request(system), [holder])
+    lenient.select(sized(6000, "backlog"), [holder])
+    assert lenient.choose(turn, [idle], [holder], [], waited_s=waited).target is idle
+    with pytest.raises(ValueError, match="max_copy_share"):
+        MeridianConfig(max_copy_share=0.0)
 
 
 def test_a_request_whose_prefix_is_held_here_is_forwarded_only_when_no_kv_room_is_left() -> None:
