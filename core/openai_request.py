@@ -176,6 +176,7 @@ def describe(
         max_tokens=request.max_tokens,
         lora=lora,
         forwarded=forwarded,
+        first_turn=isinstance(request.prompt, ChatPrompt) and request.prompt.first_turn,
         # Cues for the response-length predictor: a few words at each end of the
         # last user message, O(1) in the prompt's length.
         features=prompt_features(request.prompt, request.endpoint.name.lower()),

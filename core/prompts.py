@@ -38,6 +38,8 @@ from core.segments import (
 from core.tokenizer import HEADER_END, Tokenizer, WordTokenizer, render_chat
 
 FALLBACK = "fallback"
+# Roles whose messages are a conversation's own history (a reply, or a tool's answer to one).
+_HISTORY_ROLES = frozenset({"assistant", "tool", "function"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +56,10 @@ class ChatPrompt:
     def size(self) -> int:
         """Characters of message text: what tokenizing it costs, roughly."""
         return sum(_content_chars(m.get("content")) for m in self.messages)
+
+    @property
+    def first_turn(self) -> bool:
+        return is_first_turn(self.messages)
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +96,11 @@ class PromptEncoder(Protocol):
     def render(self, prompt: ChatPrompt) -> str: ...
 
     def encode(self, text: str, *, add_special_tokens: bool) -> Sequence[int]: ...
+
+
+def is_first_turn(messages: Sequence[Mapping[str, Any]]) -> bool:
+    """No assistant (or tool) message yet: the chat carries no history of its own."""
+    return not any(m.get("role") in _HISTORY_ROLES for m in messages)
 
 
 def prompt_tokens(prompt: Prompt, encoder: PromptEncoder) -> Sequence[int]:

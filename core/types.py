@@ -21,6 +21,10 @@ class RequestDescriptor:
     max_tokens: int | None = None
     lora: str | None = None
     forwarded: bool = False
+    # A chat's first turn (no assistant or tool message): nothing of the prompt is its
+    # own history, so whatever is cached of it was cached for other programs.  False
+    # where unknown (a completion's text, token ids).
+    first_turn: bool = False
     # Cues for the response-length predictor (core.length_predictor), and its
     # prediction (PreServe §4.2): set by the dispatch core's LoadForecast on arrival.
     # None: the cost model falls back to max_tokens and what replicas have produced.
@@ -39,6 +43,7 @@ class RequestDescriptor:
             max_tokens=self.max_tokens,
             lora=self.lora,
             forwarded=self.forwarded,
+            first_turn=self.first_turn,
             features=self.features,
             predicted_output_tokens=tokens,
         )

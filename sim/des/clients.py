@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 from core.blocks import BLOCK_SIZE, block_hashes
 from core.length_predictor import RequestFeatures, last_user_text, word_cues
+from core.prompts import is_first_turn
 from core.tokenizer import Tokenizer, render_chat
 from core.types import RequestDescriptor
 from sim.des.calls import CallResult, Journey, SimCall
@@ -164,6 +165,7 @@ class RegionClients:
             block_hashes=record.prompt_keys,
             session_key=request.session_key,
             max_tokens=request.max_tokens,
+            first_turn=request.kind is ApiKind.CHAT and is_first_turn(request.messages),
             features=self._features(request, text, tokens),
         )
         call = SimCall(

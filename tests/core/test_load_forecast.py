@@ -109,6 +109,7 @@ def test_a_prediction_and_the_features_carry_every_other_field() -> None:
         max_tokens=12,
         lora="l",
         forwarded=True,
+        first_turn=True,
         features=features,
     )
     assert {f.name for f in dataclasses.fields(RequestDescriptor)} == {
@@ -120,6 +121,7 @@ def test_a_prediction_and_the_features_carry_every_other_field() -> None:
         "max_tokens",
         "lora",
         "forwarded",
+        "first_turn",
         "features",
         "predicted_output_tokens",
     }

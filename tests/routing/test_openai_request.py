@@ -194,6 +194,24 @@ def test_every_route_describes_its_prompt_for_routing() -> None:
     )
 
 
+def test_a_chat_with_no_reply_yet_is_described_as_a_first_turn() -> None:
+    system = {"role": "system", "content": "You are terse."}
+    ask = {"role": "user", "content": "hello"}
+    reply = {"role": "assistant", "content": "hi"}
+    tool = {"role": "tool", "tool_call_id": "c1", "content": "42"}
+
+    def first(messages: list[dict[str, str]]) -> bool:
+        body = _body({"model": "m", "messages": messages})
+        return _described(parse_request(body, Endpoint.CHAT)).first_turn
+
+    assert first([system, ask])
+    assert not first([system, ask, reply, ask])
+    assert not first([system, ask, tool])
+    # A completion's text says nothing of its history: not a first turn.
+    text = parse_request(_body({"model": "m", "prompt": "hello"}), Endpoint.COMPLETIONS)
+    assert not _described(text).first_turn
+
+
 def _described(parsed: CompletionRequest) -> RequestDescriptor:
     tokens = prompt_tokens(parsed.prompt, FallbackEncoder())
     return describe(

@@ -273,6 +273,28 @@ def test_a_request_whose_prefix_is_held_here_is_forwarded_only_when_no_kv_room_i
     assert policy.choose(sized(500, "new"), [], [home], [eu]).option is Option.PEER
 
 
+def test_a_first_turn_whose_copy_pins_little_is_priced_abroad_at_once() -> None:
+    # 32k-token caches, a 2,400-token system prompt home holds: a later turn of a
+    # conversation waits for its holder, but a first turn carries no history of its
+    # own (what home caches of it was cached for others), so the peer is priced now.
+    config = MeridianConfig(admission_tokens=1000)
+    policy = MeridianPolicy(config)
+    home, eu = target("home"), peer("eu", rtt_ms=80.0)
+    system = prefix(1, 150)
+    policy.select(request(system), [home])
+    policy.select(sized(8000, "backlog"), [home])
+    later = request(prefix(2, 2, system))
+    first = replace(later, first_turn=True)
+    assert policy.choose(later, [], [home], [eu]).option is Option.WAIT
+    assert policy.choose(first, [], [home], [eu]).option is Option.PEER
+    # Over max_copy_share of a cache (8k tokens here: 29 %), the copy would pin that
+    # share abroad for the conversation's later turns: the gate holds, as for any turn.
+    small = MeridianPolicy(replace(config, kv_capacity_tokens=8192))
+    small.select(request(system), [home])
+    small.select(sized(8000, "backlog"), [home])
+    assert small.choose(first, [], [home], [eu]).option is Option.WAIT
+
+
 def test_a_program_living_at_a_peer_follows_it_there_before_the_wait_limit() -> None:
     config = MeridianConfig(admission_tokens=1000, kv_capacity_tokens=4096)
     policy = MeridianPolicy(config)
