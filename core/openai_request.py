@@ -38,7 +38,7 @@ from core import errors
 from core.block_identity import BlockScheme
 from core.length_predictor import prompt_features
 from core.openai_inputs import ChatInput, PromptInput, embedding_input, responses_input
-from core.prompts import ChatPrompt, Prompt, TextPrompt, TokenPrompt
+from core.prompts import ChatPrompt, Prompt, TextPrompt, TokenPrompt, is_first_turn
 from core.types import RequestDescriptor
 
 
@@ -176,11 +176,16 @@ def describe(
         max_tokens=request.max_tokens,
         lora=lora,
         forwarded=forwarded,
-        first_turn=isinstance(request.prompt, ChatPrompt) and request.prompt.first_turn,
+        first_turn=_first_turn(request.prompt),
         # Cues for the response-length predictor: a few words at each end of the
         # last user message, O(1) in the prompt's length.
         features=prompt_features(request.prompt, request.endpoint.name.lower()),
     )
+
+
+def _first_turn(prompt: Prompt) -> bool:
+    """A chat with no reply yet; a completion's text or token ids may hold anything."""
+    return isinstance(prompt, ChatPrompt) and is_first_turn(prompt.messages)
 
 
 def session_key(

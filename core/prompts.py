@@ -57,10 +57,6 @@ class ChatPrompt:
         """Characters of message text: what tokenizing it costs, roughly."""
         return sum(_content_chars(m.get("content")) for m in self.messages)
 
-    @property
-    def first_turn(self) -> bool:
-        return is_first_turn(self.messages)
-
 
 @dataclass(frozen=True, slots=True)
 class TextPrompt:
