@@ -265,7 +265,15 @@ Peer ``g``: priced with the same terms as a replica, seen from here:
   194.05 against 198.89, hit/bound 0.946-0.949 against 0.949-0.954); it
   forwards less where a busy region relieves itself by sending whole
   conversations to idle ones (Figure 10 at 6 replicas: 19.95 against 19.38
-  req/s).
+  req/s).  Not charged where the peer holds more of the prompt than home
+  (``U(g) < U_home``: the program lives there): serving the request here is
+  then the larger copy, and it displaces as many of this region's own tokens,
+  which no local price charges either.  Charged there, a tree's first branch
+  after its root went abroad came home on that charge alone, and its siblings
+  and children followed it (ToT on L4s, 120 s, seed 1: 628 of the 1,162 later
+  requests of trees whose root went abroad were served at home; ToT goodput
+  over seeds 1-3 226.23 with the charge against 228.11 without it, mixed ToT
+  199.83 against 189.12: its peers are saturated too).
 
 A region's ``region_estimate`` is what a typical request (mean prompt, mean
 output) would wait at its best healthy replica before its own prefill:

@@ -146,7 +146,10 @@ def best_peer(
         # The copy displaces what the peer's caches hold for its own clients (full in
         # steady state: an LRU keeps everything until it needs the room), reused
         # about as often as here: each copied token is one they will prefill again.
-        displaced = terms.displace_weight * terms.reuse * uncached * prefill
+        # Not where the program lives there: a copy here would be the larger one.
+        displaced = 0.0
+        if home is None or uncached >= home:
+            displaced = terms.displace_weight * terms.reuse * uncached * prefill
         wait = peer.extra.get("estimate_s", 0.0) + waits.get(peer.target_id, 0.0)
         return rtt + wait + here + lost + displaced
 

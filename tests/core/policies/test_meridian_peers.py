@@ -93,10 +93,14 @@ def test_a_forward_is_its_round_trip_estimate_prefill_decode_and_what_it_leaves(
     expected = 0.08 + 0.5 + 1000 * 1e-3 + 100 * 0.03 + 0.03 + lost + displaced
     assert choice.option is Option.PEER and choice.target is eu
     assert choice.cost_s == pytest.approx(expected)
-    # Where the peer holds more of the prompt than home, nothing is left behind, and
-    # only the 100 tokens it lacks displace anything.
+    # Where the peer holds more of the prompt than home (its program lives there),
+    # nothing is left behind and nothing is charged for displacing: the copy here
+    # would be the larger one, and displace as much of this region's own.
     holds = best_peer(terms, [eu], {"eu": 100})
-    assert holds.cost_s == pytest.approx(0.08 + 0.5 + 0.1 + 100 * 0.03 + 0.03 + 0.05)
+    assert holds.cost_s == pytest.approx(0.08 + 0.5 + 0.1 + 100 * 0.03 + 0.03)
+    # Where it holds less than home, the tokens it lacks displace as many of its own.
+    less = best_peer(terms, [eu], {"eu": 300})
+    assert less.cost_s == pytest.approx(0.08 + 0.5 + 0.3 + 100 * 0.03 + 0.03 + lost + 0.15)
     # displace_weight 0 leaves it unpriced.
     unpriced = best_peer(_terms(displace_weight=0.0), [eu], {})
     assert unpriced.cost_s == pytest.approx(expected - displaced)
@@ -107,7 +111,7 @@ def test_equal_holdings_leave_nothing_behind_unless_neither_holds_any_of_the_pro
 
     def price(home: int, at_peer: int) -> float:
         terms = _terms(home_uncached=home)
-        copied = 0.5 * at_peer * 1e-3  # displaced at the peer
+        copied = 0.5 * at_peer * 1e-3 if at_peer >= home else 0.0  # displaced at the peer
         rest = 0.08 + at_peer * 1e-3 + 100 * 0.03 + 0.03 + copied
         return best_peer(terms, [eu], {"eu": at_peer}).cost_s - rest
 
