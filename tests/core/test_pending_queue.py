@@ -109,3 +109,48 @@ def test_queue_never_exceeds_its_bound_and_keeps_fcfs(ops: list[tuple[bool, floa
         arrivals = [e.enqueued_at for e in queue]
         assert arrivals == sorted(arrivals)
         assert all(e.deadline > now for e in queue) or is_push
+
+
+_OPS = st.lists(
+    st.tuples(st.sampled_from(["push", "front", "remove", "drain", "expire"]), st.floats(0, 3)),
+    max_size=60,
+)
+
+
+@given(_OPS)
+def test_the_earliest_deadline_and_oldest_arrival_are_those_of_a_scan(
+    ops: list[tuple[str, float]],
+) -> None:
+    # The heaps beside the FCFS dict answer what a scan over every waiting entry would,
+    # whatever left in between: cancelled, placed by a drain, or expired.
+    queue = _queue(max_len=1000, max_wait_s=5.0)
+    now, pushed = 0.0, []
+    for op, step in ops:
+        now += step
+        waiting = list(queue)
+        if op in ("push", "front"):
+            pushed.append(queue.push(_request(str(len(pushed))), "p", now, front=op == "front"))
+        elif op == "remove" and waiting:
+            queue.remove(waiting[len(waiting) // 2])
+        elif op == "drain":
+            # The placer takes every other entry, as a drain over held-back targets may.
+            flips = iter(range(len(waiting)))
+            queue.drain(lambda entry: "x" if next(flips) % 2 else None)
+        elif op == "expire":
+            expired = queue.expire(now)
+            assert all(e.deadline <= now for e in expired)
+            assert [e.deadline for e in expired] == sorted(e.deadline for e in expired)
+            assert all(e.deadline > now for e in queue)
+        left = list(queue)
+        assert queue.next_deadline() == min((e.deadline for e in left), default=None)
+        assert queue.oldest_wait(now) == max((e.waited(now) for e in left), default=0.0)
+
+
+def test_entries_that_left_do_not_pile_up_beside_the_queue() -> None:
+    queue = _queue(max_len=10, max_wait_s=5.0)
+    for i in range(10_000):
+        entry = queue.push(_request(str(i)), "p", now=float(i))
+        queue.remove(entry)
+    assert len(queue) == 0 and queue.next_deadline() is None
+    # What the heaps keep of the departed is bounded by the live entries, not the pushes.
+    assert len(queue._by_deadline) <= 64 + 1 and len(queue._by_arrival) <= 64 + 1
