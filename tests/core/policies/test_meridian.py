@@ -40,6 +40,16 @@ def sized(tokens: int, rid: str, output: int | None = None) -> RequestDescriptor
     return RequestDescriptor(rid, "m", tokens, predicted_output_tokens=output)
 
 
+def held_back_holding(
+    policy: MeridianPolicy, home: TargetState, held: tuple[int, ...] = ()
+) -> None:
+    """``home`` caches ``held`` and has 8,000 prompt tokens of prefill queued: past any
+    admission limit here, so it is reached only by waiting."""
+    if held:
+        policy.select(request(held), [home])
+    policy.select(sized(8000, "backlog"), [home])
+
+
 def test_it_is_the_registry_default_and_admits_by_tokens() -> None:
     policy = build_policy("meridian")
     assert isinstance(policy, CostModel)
@@ -216,8 +226,7 @@ def test_after_the_wait_limit_a_cold_copy_that_must_evict_is_no_option() -> None
     policy = MeridianPolicy(config)
     holder, full, roomy = target("holder"), target("full"), target("roomy")
     system = prefix(1, 150)  # 2,400 tokens
-    policy.select(request(system), [holder])
-    policy.select(sized(8000, "backlog"), [holder])
+    held_back_holding(policy, holder, system)
     policy.select(sized(2000, "other-work"), [full])
     policy.observe_first_token(sized(2000, "other-work"), "full", on_profile(2000))
     turn = request(prefix(2, 2, system))
@@ -281,8 +290,7 @@ def test_a_first_turn_whose_copy_pins_little_is_priced_abroad_at_once() -> None:
     policy = MeridianPolicy(config)
     home, eu = target("home"), peer("eu", rtt_ms=80.0)
     system = prefix(1, 150)
-    policy.select(request(system), [home])
-    policy.select(sized(8000, "backlog"), [home])
+    held_back_holding(policy, home, system)
     later = request(prefix(2, 2, system))
     first = replace(later, first_turn=True)
     assert policy.choose(later, [], [home], [eu]).option is Option.WAIT
@@ -290,8 +298,7 @@ def test_a_first_turn_whose_copy_pins_little_is_priced_abroad_at_once() -> None:
     # Over max_copy_share of a cache (8k tokens here: 29 %), the copy would pin that
     # share abroad for the conversation's later turns: the gate holds, as for any turn.
     small = MeridianPolicy(replace(config, kv_capacity_tokens=8192))
-    small.select(request(system), [home])
-    small.select(sized(8000, "backlog"), [home])
+    held_back_holding(small, home, system)
     assert small.choose(first, [], [home], [eu]).option is Option.WAIT
 
 
@@ -367,7 +374,7 @@ def test_forward_only_when_the_peer_is_genuinely_cheaper() -> None:
     # Idle local replica: forwarding adds the RTT for nothing.
     assert policy.choose(prompt, [local], [], [near]).target is local
     # Nothing local admits: the peer beats a long wait.
-    policy.select(sized(8000, "huge"), [local])
+    held_back_holding(policy, local)
     choice = policy.choose(sized(500, "q"), [], [local], [near])
     assert choice.option is Option.PEER and choice.target is near
     # A peer that says it queues for seconds is dearer than waiting here.
@@ -383,10 +390,9 @@ def test_a_forward_pays_for_the_locality_it_leaves_behind() -> None:
     policy = MeridianPolicy(config)
     home, near = target("home"), peer("eu", rtt_ms=80.0)
     doc = prefix(1, 40)
-    policy.select(request(doc), [home])
-    # Home queues seconds of prefill past its KV capacity: once the request has
-    # waited the wait limit, the peer is the choice.
-    policy.select(sized(8000, "huge"), [home])
+    # Home holds the document and queues seconds of prefill past its KV capacity:
+    # once the request has waited the wait limit, the peer is the choice.
+    held_back_holding(policy, home, doc)
     follow_up = request(prefix(2, 4, doc))
     waited = config.wait_limit_s
     # Nothing routed yet was cached: no later request is expected to reuse this one.
@@ -450,7 +456,7 @@ def test_decode_terms_send_a_request_from_large_batches_to_a_region_with_small_o
 def test_a_prompt_forwarded_to_a_peer_is_priced_there_by_what_it_lacks() -> None:
     policy = MeridianPolicy(NO_DECODE)
     home, near = target("home"), peer("eu", rtt_ms=80.0)
-    policy.select(sized(8000, "huge"), [home])  # home is held back behind its queue
+    held_back_holding(policy, home)
     doc = prefix(1, 40)
     first = policy.choose(request(doc), [], [home], [near])
     assert first.option is Option.PEER
@@ -480,7 +486,7 @@ def test_a_peer_that_says_what_it_holds_is_priced_by_it_and_by_forwards_since() 
 
     def held_back() -> MeridianPolicy:
         policy = MeridianPolicy(NO_DECODE)
-        policy.select(sized(8000, "huge"), [home])  # home is held back behind its queue
+        held_back_holding(policy, home)
         return policy
 
     # Asked for the first time here, the peer says it holds the document already
