@@ -148,9 +148,18 @@ def test_the_earliest_deadline_and_oldest_arrival_are_those_of_a_scan(
 
 def test_entries_that_left_do_not_pile_up_beside_the_queue() -> None:
     queue = _queue(max_len=10, max_wait_s=5.0)
+    # Two that wait throughout (the second a retry at the front, with a later
+    # deadline), while 10,000 others come and go behind them.
+    first = queue.push(_request("first"), "first", now=0.0)
+    queue.push(_request("retry"), "retry", now=1.0, front=True)
     for i in range(10_000):
-        entry = queue.push(_request(str(i)), "p", now=float(i))
+        entry = queue.push(_request(str(i)), "p", now=2.0 + i)
         queue.remove(entry)
-    assert len(queue) == 0 and queue.next_deadline() is None
     # What the heaps keep of the departed is bounded by the live entries, not the pushes.
-    assert len(queue._by_deadline) <= 64 + 1 and len(queue._by_arrival) <= 64 + 1
+    assert len(queue._by_deadline) <= 2 * 2 + 64 + 1
+    assert len(queue._by_arrival) <= 2 * 2 + 64 + 1
+    # ... and what waits survived every rebuild.
+    assert queue.next_deadline() == 5.0 and queue.oldest_wait(now=3.0) == 3.0
+    assert [e.payload for e in queue.expire(now=5.5)] == ["first"]
+    assert queue.next_deadline() == 6.0 and queue.oldest_wait(now=5.5) == 4.5
+    assert first not in queue and [e.payload for e in queue] == ["retry"]
