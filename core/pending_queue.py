@@ -16,8 +16,8 @@ insertion order), which matters because a client that disconnects while queued
 removes its own entry.  The earliest deadline and the oldest arrival are read at
 every drain and timer, so each has a heap beside the dict (an entry that left is
 skipped when it surfaces, and the heaps are rebuilt once they hold twice the
-live entries): a scan of the whole queue there cost 30 and 160 µs per call with
-1,000 requests waiting, as much again as a request's whole path through the
+live entries): a scan of the whole queue there cost 31 and 140 µs per call with
+1,000 requests waiting (docs/performance.md), as much again as a request's whole path through the
 balancer, at the moment it is overloaded.
 A retry after a failed attempt goes back to the front: it arrived before
 everything now waiting.
