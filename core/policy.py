@@ -118,8 +118,10 @@ class CostModel(Protocol):
 
     def observe_first_token(
         self, request: RequestDescriptor, target_id: str, ttft_s: float
-    ) -> None:
-        """The first token of ``request`` reached the balancer ``ttft_s`` after sending."""
+    ) -> bool:
+        """The first token of ``request`` reached the balancer ``ttft_s`` after sending.
+        True when its prefill leaving the queue made ``target_id`` admit again, so a
+        request waiting for it can go now."""
         ...
 
     def observe_finish(

@@ -257,10 +257,11 @@ class LocalRouter:
         return Options(lora_affinity(available, request.lora), held_back)
 
     def observe_first_token(self, request: RequestDescriptor, name: str, ttft_s: float) -> None:
-        """The balancer saw ``request``'s first token from replica ``name``."""
+        """The balancer saw ``request``'s first token from replica ``name``.  When
+        that made the replica admit again, the requests waiting for it are woken."""
         cost_model = self._cost_models.get(request.model)
-        if cost_model is not None:
-            cost_model.observe_first_token(request, name, ttft_s)
+        if cost_model is not None and cost_model.observe_first_token(request, name, ttft_s):
+            self._notify()
 
     def observe_finish(
         self, request: RequestDescriptor, name: str, decode_s: float, output_tokens: int

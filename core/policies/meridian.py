@@ -101,10 +101,20 @@ Terms (seconds unless said), and where each number comes from:
   goodput 4.20 against 4.21).  ``decode_weight`` 0 prices TTFT alone.
 
 Admission (SP-P's rule, "do not pile onto an engine with a waiting queue", in
-tokens): ``r`` admits while ``Q(r) < admission_tokens`` (default two chunked
-prefill steps of 2,048 tokens: what the engine clears before a newcomer waits
-a third step).  It replaces SP-P's one-push-per-probe budget, which made the
-replica holding a prefix unavailable right after each push.
+tokens): ``r`` admits while ``Q(r) < admission_tokens``; by default what the
+engine prefills in ``wait_limit_s`` at ``prefill_s_per_token``
+(``MeridianConfig.admission_limit``: 472 tokens on an L4, 6,250 on an H100), so an
+admitted request waits in the engine's queue about as long as a held-back one may
+wait in the balancer's.  It replaces SP-P's one-push-per-probe budget, which made
+the replica holding a prefix unavailable right after each push.  A burst shows why
+the limit is short (docs/results.md, *Admission in time*): an engine packs every
+prompt it holds into its chunked-prefill steps, so 20 cold first turns sent at
+once all see their first token when the last one's prefill ends; held here, they
+reach the engine a few at a time and the first ones answer in a fraction of that.
+Two chunked-prefill steps (4,096 tokens, the earlier default) let 12 of the 240
+opening turns of the conversations preset meet a 2 s TTFT SLO; this limit 156.
+The first token that brings ``Q(r)`` back under the limit wakes the queue
+(``observe_first_token`` returns True), so a request held for ``r`` goes at once.
 
 Waiting for a held-back replica ``h``: ``wait(h) = cost(h) + queued_ahead *
 mean uncached prompt * p(h) / replicas``.  ``cost(h)`` already counts all of
@@ -342,6 +352,7 @@ class MeridianPolicy(PolicyBase):
 
     def __init__(self, config: MeridianConfig | None = None) -> None:
         self.config = config or MeridianConfig()
+        self.admission_limit = self.config.admission_limit()
         self.tree = RadixTree(self.config.max_blocks_per_target)
         # Every replica's model, filed by the floors of its cost (the walk's index).
         self.book = ReplicaBook(self.config)
@@ -547,7 +558,7 @@ class MeridianPolicy(PolicyBase):
 
     def admits(self, target: TargetState) -> bool:
         model = self.replicas.get(target.target_id)
-        return model is None or model.queued_prefill < self.config.admission_tokens
+        return model is None or model.queued_prefill < self.admission_limit
 
     def waives_admission(self, waited_s: float) -> bool:
         return waited_s >= self.config.wait_limit_s
@@ -613,12 +624,13 @@ class MeridianPolicy(PolicyBase):
 
     def observe_first_token(
         self, request: RequestDescriptor, target_id: str, ttft_s: float
-    ) -> None:
+    ) -> bool:
         model = self.replicas.get(target_id)
         entry = model.inflight.get(request.request_id) if model else None
         if model is None or entry is None or entry.prefilled:
-            return
+            return False
         entry.prefilled = True
+        held_back = model.queued_prefill >= self.admission_limit
         model.queued_prefill -= entry.uncached
         model.decoding += 1
         self.decoding_total += 1
@@ -631,6 +643,7 @@ class MeridianPolicy(PolicyBase):
             # Off the decision path (a response arrived): a full scan is affordable here.
             self.book.relearn_least_rate()
         self.book.reindex(target_id, model)
+        return held_back and model.queued_prefill < self.admission_limit
 
     def observe_finish(
         self, request: RequestDescriptor, target_id: str, decode_s: float, output_tokens: int

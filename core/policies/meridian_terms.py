@@ -28,7 +28,9 @@ class MeridianConfig:
     decode_weight: float = 1.0
     local_rtt_s: float = 0.001
     # SP-P's rule in tokens: queued prefill a replica may hold and still admit.
-    admission_tokens: int = 4096
+    # 0: what the engine prefills in ``wait_limit_s`` at ``prefill_s_per_token``
+    # (``admission_limit``; 472 tokens at these defaults).
+    admission_tokens: int = 0
     # PreServe look-ahead: KV capacity and how many decode tokens ahead to count.
     kv_capacity_tokens: int = 32_768
     lookahead_tokens: int = 256
@@ -56,12 +58,20 @@ class MeridianConfig:
     # tokens it copies x the peer's prefill price); 0 leaves it unpriced.
     displace_weight: float = 1.0
 
+    def admission_limit(self) -> int:
+        """Queued prefill tokens under which a replica admits: ``admission_tokens``,
+        or what the engine prefills in ``wait_limit_s``, so an admitted request waits
+        in an engine's queue about as long as one may wait in the balancer's before
+        the limit is waived.  At least 1: an engine with nothing queued admits."""
+        if self.admission_tokens:
+            return self.admission_tokens
+        return max(1, round(self.wait_limit_s / self.prefill_s_per_token))
+
     def __post_init__(self) -> None:
         positive = {
             "prefill_s_per_token": self.prefill_s_per_token,
             "itl_s": self.itl_s,
             "seq_s": self.seq_s,
-            "admission_tokens": self.admission_tokens,
             "kv_capacity_tokens": self.kv_capacity_tokens,
             "block_tokens": self.block_tokens,
             "max_blocks_per_target": self.max_blocks_per_target,
@@ -78,6 +88,8 @@ class MeridianConfig:
             raise ValueError("decode_weight and displace_weight must be >= 0")
         if min(self.lookahead_tokens, self.min_sample_tokens, self.affinity_tokens) < 0:
             raise ValueError("lookahead_tokens, min_sample_tokens and affinity_tokens must be >= 0")
+        if self.admission_tokens < 0:
+            raise ValueError("admission_tokens must be >= 0 (0: derived from wait_limit_s)")
         if not 0.0 < self.ewma_alpha <= 1.0:
             raise ValueError("ewma_alpha must be within (0, 1]")
         if not 0.0 < self.max_copy_share <= 1.0:

@@ -83,6 +83,25 @@ def test_a_held_back_replica_admits_again_when_its_first_token_returns() -> None
     assert policy is not None and policy.region_estimate(local.targets()) > 0
 
 
+def test_a_first_token_that_reopens_a_replica_wakes_the_driver_and_no_other_does() -> None:
+    clock, local, _, core = build(("a",))
+    woken: list[float] = []
+    local.on_change = lambda: woken.append(clock.now)
+    small, big = ticket("small", 320), ticket("big", 1600)
+    assert sent_to(core.arrive(small, clock.now)) == "a"
+    assert sent_to(core.arrive(big, clock.now)) == "a"  # 320 queued: under the limit
+    assert isinstance(core.arrive(ticket("next", 1632), clock.now), Wait)
+    clock.now += 0.2
+    core.first_token(small, clock.now)  # 1,600 still queued: a admits no more than before
+    assert woken == []
+    clock.now += 0.7
+    core.first_token(big, clock.now)  # nothing queued: the waiting request can go now
+    assert woken == [clock.now]
+    core.first_token(big, clock.now + 0.1)  # a duplicate changes nothing
+    assert woken == [clock.now]
+    assert [s.ticket.handle for s in core.drain(clock.now).sends] == ["next"]
+
+
 def test_the_cost_model_sticks_to_the_prefix_and_spreads_cold_work() -> None:
     clock, _, _, core = build(("a", "b"))
     first = ticket("first", 640)

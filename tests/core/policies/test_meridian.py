@@ -57,6 +57,34 @@ def test_it_is_the_registry_default_and_admits_by_tokens() -> None:
     assert default_pushing("sglang") is PushingMode.SP_P
 
 
+def test_the_admission_limit_is_what_the_engine_prefills_in_the_wait_limit() -> None:
+    # 0.25 s at 0.53 ms per token (an L4): 472 tokens; an H100's 0.04 ms: 6,250.
+    assert MeridianConfig().admission_limit() == 472
+    h100 = MeridianConfig(prefill_s_per_token=0.04e-3)
+    assert h100.admission_limit() == 6250
+    assert MeridianConfig(wait_limit_s=1.0).admission_limit() == 1887
+    # Set, it is taken as given; with no wait at all an idle engine still admits.
+    assert MeridianConfig(admission_tokens=4096).admission_limit() == 4096
+    assert MeridianConfig(wait_limit_s=0.0).admission_limit() == 1
+    policy, a = MeridianPolicy(h100), target("a")
+    policy.select(sized(6249, "under"), [a])
+    assert policy.admits(a)
+    policy.select(sized(1, "at"), [a])
+    assert not policy.admits(a)
+
+
+def test_a_first_token_says_whether_it_reopened_its_replica() -> None:
+    policy, a = MeridianPolicy(MeridianConfig(admission_tokens=1000)), target("a")
+    small, big = sized(300, "small"), sized(1200, "big")
+    policy.select(small, [a])
+    policy.select(big, [a])  # 1,500 queued: held back
+    assert not policy.admits(a)
+    assert policy.observe_first_token(small, "a", 0.2) is False  # 1,200 queued: still held
+    assert policy.observe_first_token(big, "a", 0.6) is True  # nothing queued: it admits
+    assert policy.observe_first_token(big, "a", 0.7) is False  # counted once
+    assert policy.observe_first_token(sized(10, "unknown"), "a", 0.1) is False
+
+
 def test_the_replica_holding_the_prefix_is_cheaper_by_the_tokens_it_saves() -> None:
     policy = MeridianPolicy(NO_DECODE)
     a, b = target("a"), target("b")
@@ -769,7 +797,7 @@ def test_the_walk_prices_cold_replicas_exactly_as_replica_cost() -> None:
 
 def test_bad_config_is_refused() -> None:
     with pytest.raises(ValueError, match="admission_tokens"):
-        MeridianConfig(admission_tokens=0)
+        MeridianConfig(admission_tokens=-1)
     with pytest.raises(ValueError, match="affinity_tokens"):
         MeridianConfig(affinity_tokens=-1)
     with pytest.raises(ValueError, match="decode_weight"):

@@ -7,6 +7,7 @@ from collections.abc import Callable
 
 import pytest
 
+from core.policies.meridian_terms import MeridianConfig
 from core.registry import policy_names
 from sim.des.config import SimConfig
 from sim.des.metrics import summarize
@@ -127,9 +128,11 @@ def test_the_cost_model_starts_from_the_simulated_engines_profile() -> None:
     params = engine_defaults("meridian", small_kv)
     assert params["kv_capacity_tokens"] == 8192
     assert params["max_blocks_per_target"] == 512
-    assert params["admission_tokens"] == 2 * 2048
     h100 = engine_defaults("meridian", EngineConfig.for_profile("h100-llama3.1-8b"))
     assert h100["prefill_s_per_token"] == pytest.approx(0.04e-3)
+    # The admission limit follows the card's prefill rate: what it clears in the wait limit.
+    assert "admission_tokens" not in params
+    assert MeridianConfig(prefill_s_per_token=h100["prefill_s_per_token"]).admission_limit() == 6250
     # One more running sequence: its GEMM share plus attention reads of 1,024 tokens.
     assert params["seq_s"] == pytest.approx(0.3e-3 + 1024 * 0.44e-6)
     assert h100["seq_s"] == pytest.approx(0.05e-3 + 1024 * 0.04e-6)
