@@ -174,6 +174,10 @@ def _never() -> bool:
     return False
 
 
+def _never_waived(waited_s: float) -> bool:
+    return False
+
+
 class DispatchCore(Generic[P]):
     def __init__(
         self,
@@ -277,8 +281,29 @@ class DispatchCore(Generic[P]):
 
     def _overdue(self, model: str, queue: PendingQueue[Ticket[P]], now: float) -> bool:
         """The oldest request waited past the cost model's admission patience."""
+        return self._waives(model)(queue.oldest_wait(now))
+
+    def _waives(self, model: str) -> Callable[[float], bool]:
         cost_model = self.local.cost_model(model)
-        return cost_model is not None and cost_model.waives_admission(queue.oldest_wait(now))
+        return cost_model.waives_admission if cost_model is not None else _never_waived
+
+    @staticmethod
+    def _place_if_due(
+        place: Callable[[QueuedRequest[Ticket[P]]], Placement | None],
+        exhausted: Callable[[], bool],
+        waives: Callable[[float], bool],
+        now: float,
+        entry: QueuedRequest[Ticket[P]],
+    ) -> Placement | None:
+        """``place`` for an overdue entry, and for any other only while something is
+        available: what a drain with no entry overdue does for all of them.  Before,
+        every queued entry went to the policy once the oldest was overdue; with nothing
+        available, one not yet due could only wait again or follow its program to a
+        held-back peer, which it now does once due, as it would in any other drain
+        (mixed ToT, 60 s: 6.5 decisions per request to 4.8, docs/results.md)."""
+        if not waives(entry.waited(now)) and exhausted():
+            return None
+        return place(entry)
 
     def _observe_finish(self, ticket: Ticket[P], name: str, now: float, output: int) -> None:
         if ticket.first_at is not None:
@@ -306,9 +331,14 @@ class DispatchCore(Generic[P]):
             exhausted: Callable[[], bool] = functools.partial(
                 nothing_available, model, self.local, self.remote
             )
-            if self._overdue(model, queue, now):
-                exhausted = _never  # the cost model sends it to a held-back replica
             place_queued = functools.partial(self._place_queued, now=now, queued=len(queue))
+            if self._overdue(model, queue, now):
+                # The overdue may go to a held-back replica, so every entry is looked
+                # at; the rest only while something is available, as in any drain.
+                place_queued = functools.partial(
+                    self._place_if_due, place_queued, exhausted, self._waives(model), now
+                )
+                exhausted = _never
             for entry, placement in queue.drain(place_queued, exhausted):
                 entry.payload.entry = None
                 sends.append(self._send(entry.payload, placement, now, waited=entry.waited(now)))

@@ -8,6 +8,7 @@ of 1,000 queued prefill tokens, a clock the test moves.
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 import pytest
 
@@ -81,6 +82,31 @@ def test_a_held_back_replica_admits_again_when_its_first_token_returns() -> None
     # The TTFT taught the policy a's prefill rate: 0.9 s - 31 ms over 1,600 tokens.
     policy = local.cost_model(MODEL)
     assert policy is not None and policy.region_estimate(local.targets()) > 0
+
+
+def test_an_overdue_drain_offers_the_policy_only_what_is_due_once_nothing_is_available() -> None:
+    clock, local, _, core = build(("a",))
+    policy = local.cost_model(MODEL)
+    assert policy is not None
+    offered: list[str] = []
+    choose = policy.choose
+
+    def recording(request: RequestDescriptor, *args: Any, **kwargs: Any) -> Any:
+        offered.append(request.request_id)
+        return choose(request, *args, **kwargs)
+
+    policy.choose = recording  # type: ignore[method-assign]
+    assert sent_to(core.arrive(ticket("big", 1600), clock.now)) == "a"  # a held back
+    assert isinstance(core.arrive(ticket("old", 320), clock.now), Wait)
+    clock.now += 0.3  # past the wait limit (0.25 s): old is due, young is not
+    assert isinstance(core.arrive(ticket("young", 320), clock.now), Wait)
+    offered.clear()
+    (send,) = core.drain(clock.now).sends
+    assert (send.ticket.handle, send.placement.label) == ("old", "a")
+    # Nothing is available and young has not waited its limit: the policy is not asked.
+    assert offered == ["old"]
+    clock.now += 0.3
+    assert [s.ticket.handle for s in core.drain(clock.now).sends] == ["young"]
 
 
 def test_a_first_token_that_reopens_a_replica_wakes_the_driver_and_no_other_does() -> None:
