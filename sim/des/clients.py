@@ -114,7 +114,8 @@ class RegionClients:
     def start_closed(self, arrivals: ClosedLoop, programs: Iterator[Program]) -> None:
         dispatcher = arrivals.dispatcher(programs)
         for client, program in dispatcher.start():
-            self.loop.call_soon(self._run_closed, dispatcher, client, program)
+            delay = arrivals.start_delay(client)
+            self.loop.call_later(delay, self._run_closed, dispatcher, client, program)
 
     def _run_closed(self, dispatcher: ClosedLoopDispatcher, client: int, program: Program) -> None:
         ProgramRun(self, program, lambda: self._next(dispatcher, client)).start()

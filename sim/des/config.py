@@ -142,6 +142,8 @@ class SimConfig:
     warmup_s: float = 1.0
     time_scale: float = 1.0
     speed: float = 1.0
+    # Closed loop: clients start evenly over this many seconds (0: all at once).
+    ramp_s: float = 0.0
     engine: EngineConfig = field(default_factory=EngineConfig)
     timing: TimingConfig = field(default_factory=TimingConfig)
     sample_interval_s: float = 1.0
@@ -170,6 +172,10 @@ class SimConfig:
             raise SimConfigError("give --duration or --requests so the run ends")
         if self.time_scale <= 0 or self.speed <= 0:
             raise SimConfigError("--time-scale and --speed must be positive")
+        if not self.ramp_s >= 0:
+            raise SimConfigError("--ramp must be at least 0 s")
+        if self.ramp_s and not self.clients:
+            raise SimConfigError("--ramp spreads closed-loop clients' starts: give --clients")
         if self.single_region and self.single_region not in self.replicas:
             raise SimConfigError(f"--single-region {self.single_region!r} has no replicas entry")
 

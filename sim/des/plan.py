@@ -94,6 +94,7 @@ def base_config(options: Mapping[str, Any]) -> SimConfig:
         max_requests=options.get("requests"),
         time_scale=options["time_scale"],
         speed=options["speed"],
+        ramp_s=options.get("ramp") or 0.0,
         engine=engine,
         timing=timing,
         length_predictor=options.get("length_predictor") or "none",

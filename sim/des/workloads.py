@@ -133,7 +133,7 @@ def region_arrivals(cfg: SimConfig, index: int) -> RegionArrivals:
         deal = (senders.index(region), len(senders))
         workload = region_workload(cfg.workload, seed, deal=deal, file_seed=cfg.seed)
         if clients:
-            return RegionArrivals(ClosedLoop(clients), workload.programs())
+            return RegionArrivals(ClosedLoop(clients, cfg.ramp_s), workload.programs())
         return RegionArrivals(OpenLoop(rate=rate, seed=seed), workload.programs())
     workload = region_workload(cfg.workload, cfg.seed)
     if not workload.timed:

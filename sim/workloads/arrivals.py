@@ -8,6 +8,10 @@
 * Closed loop: ``clients`` clients, each running one program at a time and taking
   the next program as soon as its current one finishes, as SkyLB's evaluation
   drives its workloads.  Load adapts to the server; arrival offsets are ignored.
+  They all start at once unless ``ramp_s`` spreads their starts evenly over that
+  many seconds, as a load test ramps up: every client's first request landing in
+  the same instant is a burst no real service sees, and it can decide a short
+  run's TTFT percentiles (docs/results.md, *Admission in time*).
 
 Both are plain logic with no clock, so the discrete-event simulator can drive them
 with virtual time and the replayer with real time.
@@ -74,13 +78,21 @@ class ClosedLoop:
     """``clients`` clients, each running one program at a time."""
 
     clients: int
+    ramp_s: float = 0.0
 
     def __post_init__(self) -> None:
         if self.clients < 1:
             raise ValueError(f"clients must be at least 1, got {self.clients}")
+        if not self.ramp_s >= 0.0:  # NaN too
+            raise ValueError(f"ramp must be at least 0 s, got {self.ramp_s}")
 
     def describe(self) -> str:
-        return f"closed loop, {self.clients} clients"
+        ramp = f", started over {self.ramp_s:g} s" if self.ramp_s else ""
+        return f"closed loop, {self.clients} clients{ramp}"
+
+    def start_delay(self, client: int) -> float:
+        """Seconds after the run's start that ``client`` (0-based) sends its first request."""
+        return self.ramp_s * client / self.clients
 
     def dispatcher(self, programs: Iterable[Program]) -> ClosedLoopDispatcher:
         return ClosedLoopDispatcher(programs, self.clients)

@@ -84,6 +84,12 @@ class Command(BaseCommand):
         parser.add_argument("--max-model-len", type=int, help="context limit per request")
         parser.add_argument("--time-scale", type=float, default=1.0)
         parser.add_argument("--speed", type=float, default=1.0, help="trace timestamps / speed")
+        parser.add_argument(
+            "--ramp",
+            type=float,
+            default=0.0,
+            help="closed loop: clients start evenly over this many seconds (default 0: at once)",
+        )
         parser.add_argument("--max-outstanding", type=int, default=32, help="SP-O cap")
         parser.add_argument("--single-region", help="where a single balancer runs")
         parser.add_argument(
@@ -171,6 +177,6 @@ def _param(raw: str) -> tuple[str, Any]:
 
 _SHOWN = (
     "workload", "experiment", "policies", "pushing", "deployment", "replicas", "clients",
-    "rate", "duration", "requests", "seed", "profile", "kv_tokens", "kv_blocks", "max_model_len",
-    "time_scale", "max_outstanding", "param", "ttft_slo", "length_predictor",
+    "rate", "ramp", "duration", "requests", "seed", "profile", "kv_tokens", "kv_blocks",
+    "max_model_len", "time_scale", "max_outstanding", "param", "ttft_slo", "length_predictor",
 )  # fmt: skip

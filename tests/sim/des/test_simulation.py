@@ -9,7 +9,7 @@ import pytest
 
 from core.policies.meridian_terms import MeridianConfig
 from core.registry import policy_names
-from sim.des.config import SimConfig
+from sim.des.config import SimConfig, SimConfigError
 from sim.des.metrics import summarize
 from sim.des.world import SimRun, World, engine_defaults, simulate
 from sim.engine import EngineConfig
@@ -51,6 +51,28 @@ def test_a_duration_stops_sending_at_its_end(make_config: Callable[..., SimConfi
     assert run.records
     assert max(r.sent_at for r in run.records) < config.warmup_s + 3.0
     assert summarize(run).unfinished == 0
+
+
+def test_a_ramp_starts_each_region_s_clients_evenly_over_it(
+    make_config: Callable[..., SimConfig],
+) -> None:
+    config = make_config(clients={"us-east": 4, "eu-west": 2}, ramp_s=2.0, max_requests=60)
+    run = simulate(config)
+
+    def sends_at(region: str, offset: float) -> int:
+        at = config.warmup_s + offset
+        return sum(1 for r in run.records if r.region == region and abs(r.sent_at - at) < 1e-9)
+
+    # Each client's first request at its share of the ramp: one at each step.
+    assert [sends_at("us-east", t) for t in (0.0, 0.5, 1.0, 1.5)] == [1, 1, 1, 1]
+    assert [sends_at("eu-west", t) for t in (0.0, 1.0)] == [1, 1]
+    at_once = simulate(dataclasses.replace(config, ramp_s=0.0))
+    assert sum(1 for r in at_once.records if r.sent_at == config.warmup_s) == 6
+    assert summarize(run).ok == summarize(at_once).ok == 60
+    with pytest.raises(SimConfigError, match="ramp"):
+        make_config(ramp_s=-1.0)
+    with pytest.raises(SimConfigError, match="ramp"):
+        make_config(clients={}, rate={"us-east": 1.0}, ramp_s=5.0)
 
 
 def test_later_turns_hit_the_prefix_cache(make_config: Callable[..., SimConfig]) -> None:

@@ -84,3 +84,13 @@ def test_choose_arrivals_defaults() -> None:
         choose_arrivals(synthetic, rate=2.0, clients=3)
     with pytest.raises(ValueError, match="clients"):
         ClosedLoop(0)
+
+
+def test_a_ramp_spreads_closed_loop_clients_first_starts_evenly() -> None:
+    ramped = ClosedLoop(4, ramp_s=2.0)
+    assert [ramped.start_delay(c) for c in range(4)] == [0.0, 0.5, 1.0, 1.5]
+    assert [ClosedLoop(3).start_delay(c) for c in range(3)] == [0.0, 0.0, 0.0]
+    assert ramped.describe() == "closed loop, 4 clients, started over 2 s"
+    for bad in (-1.0, float("nan")):
+        with pytest.raises(ValueError, match="ramp"):
+            ClosedLoop(2, ramp_s=bad)
