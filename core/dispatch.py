@@ -296,11 +296,10 @@ class DispatchCore(Generic[P]):
         entry: QueuedRequest[Ticket[P]],
     ) -> Placement | None:
         """``place`` for an overdue entry, and for any other only while something is
-        available: what a drain with no entry overdue does for all of them.  Before,
-        every queued entry went to the policy once the oldest was overdue; with nothing
-        available, one not yet due could only wait again or follow its program to a
-        held-back peer, which it now does once due, as it would in any other drain
-        (mixed ToT, 60 s: 6.5 decisions per request to 4.8, docs/results.md)."""
+        available, as a drain with nothing overdue treats every entry: with nothing
+        available, asking the policy about a request not yet due would decide the
+        whole queue again at every drain (docs/results.md, *An overdue queue asks only
+        about what is due*)."""
         if not waives(entry.waited(now)) and exhausted():
             return None
         return place(entry)
