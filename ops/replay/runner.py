@@ -119,6 +119,7 @@ class ReplayRunner:
         dispatcher = arrivals.dispatcher(self.programs)
 
         async def client(number: int, program: Program | None) -> None:
+            await asyncio.sleep(arrivals.start_delay(number))
             while program is not None and not self._budget_spent():
                 await self._run_program(program)
                 program = dispatcher.finish(number)

@@ -34,6 +34,7 @@ class ReplayConfig:
     duration: float | None = None
     max_requests: int | None = None
     seed: int = 0
+    ramp: float = 0.0
     request_timeout: float = 300.0
 
     def build_workload(self) -> Workload:
@@ -43,7 +44,12 @@ class ReplayConfig:
     def build_arrivals(self, workload: Workload) -> Arrivals:
         """The arrival process; raises ``ValueError`` for contradictory options."""
         return choose_arrivals(
-            workload, rate=self.rate, clients=self.clients, speed=self.speed, seed=self.seed
+            workload,
+            rate=self.rate,
+            clients=self.clients,
+            speed=self.speed,
+            seed=self.seed,
+            ramp_s=self.ramp,
         )
 
     @property

@@ -137,13 +137,16 @@ def choose_arrivals(
     clients: int | None = None,
     speed: float = 1.0,
     seed: int = 0,
+    ramp_s: float = 0.0,
 ) -> Arrivals:
     """The arrival process the command line asks for, with sensible defaults: a
     timed trace follows its own timestamps, anything else Poisson at 1/s."""
     if rate is not None and clients is not None:
         raise ValueError("give either a rate (open loop) or a number of clients (closed loop)")
+    if ramp_s and clients is None:
+        raise ValueError("a ramp spreads closed-loop clients' starts: give a number of clients")
     if clients is not None:
-        return ClosedLoop(clients)
+        return ClosedLoop(clients, ramp_s)
     if rate is None and not workload.timed:
         rate = DEFAULT_RATE
     return OpenLoop(rate=rate, speed=speed, seed=seed)

@@ -66,6 +66,31 @@ def failure(status: int) -> Outcome:
 # -- the runner, no network ------------------------------------------------------------
 
 
+def test_a_ramp_starts_closed_loop_clients_at_their_share_of_it() -> None:
+    async def sent_at(arrivals: ClosedLoop) -> list[float]:
+        sender = FakeSender(delay=1.0)  # each client's first request is all it sends
+        loop, times = asyncio.get_running_loop(), []
+        send = sender.send
+
+        async def timed(request: Request) -> Outcome:
+            times.append(loop.time())
+            return await send(request)
+
+        sender.send = timed  # type: ignore[method-assign]
+        programs = parse_workload("system-prompts").programs()
+        limits = ReplayLimits(max_requests=3)
+        snapshot = await ReplayRunner(programs, arrivals, sender, limits=limits).run()
+        assert snapshot.ok == 3
+        return [t - times[0] for t in times]
+
+    # Sleeps end no earlier than asked: each client's first request at least its
+    # share of the ramp after the first one's.
+    offsets = asyncio.run(sent_at(ClosedLoop(3, ramp_s=0.6)))
+    assert offsets[1] >= 0.19 and offsets[2] >= 0.39
+    # Without one, all three are sent before the first answer (1 s) comes back.
+    assert max(asyncio.run(sent_at(ClosedLoop(3)))) < 1.0
+
+
 def test_closed_loop_keeps_one_program_per_client_in_flight() -> None:
     sender = FakeSender(delay=0.01)
     runner = ReplayRunner(

@@ -88,6 +88,12 @@ class Command(BaseCommand):
         parser.add_argument(
             "--speed", type=_positive(float), default=1.0, help="trace time speed-up (default 1)"
         )
+        parser.add_argument(
+            "--ramp",
+            type=float,
+            default=0.0,
+            help="closed loop: clients start evenly over this many seconds (default 0: at once)",
+        )
         parser.add_argument("--duration", type=_positive(float), help="stop after this many s")
         parser.add_argument("--max-requests", type=_positive(int), help="send at most N requests")
         parser.add_argument("--seed", type=int, default=0, help="workload seed (default 0)")
@@ -124,6 +130,7 @@ class Command(BaseCommand):
             duration=options["duration"],
             max_requests=options["max_requests"],
             seed=options["seed"],
+            ramp=options["ramp"],
         )
 
     def balancer_url(self, region: str) -> str:

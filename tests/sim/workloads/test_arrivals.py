@@ -80,6 +80,9 @@ def test_choose_arrivals_defaults() -> None:
     synthetic = parse_workload("conversations")
     assert choose_arrivals(synthetic) == OpenLoop(rate=1.0)
     assert choose_arrivals(synthetic, clients=3) == ClosedLoop(3)
+    assert choose_arrivals(synthetic, clients=3, ramp_s=6.0) == ClosedLoop(3, ramp_s=6.0)
+    with pytest.raises(ValueError, match="ramp"):
+        choose_arrivals(synthetic, rate=2.0, ramp_s=6.0)
     with pytest.raises(ValueError, match="either"):
         choose_arrivals(synthetic, rate=2.0, clients=3)
     with pytest.raises(ValueError, match="clients"):
