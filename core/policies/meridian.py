@@ -109,8 +109,9 @@ wait in the balancer's.  It replaces SP-P's one-push-per-probe budget, which mad
 the replica holding a prefix unavailable right after each push.  A burst shows why
 the limit is short (docs/results.md, *Admission in time*): an engine packs every
 prompt it holds into its chunked-prefill steps, so 20 cold first turns sent at
-once all see their first token when the last one's prefill ends; held here, they
-reach the engine a few at a time and the first ones answer in a fraction of that.
+once see their first tokens in groups, at the end of long steps that prefill many
+of them; held here, they reach the engine a few at a time and the first ones
+answer in a fraction of that.
 Two chunked-prefill steps (4,096 tokens, the earlier default) let 12 of the 240
 opening turns of the conversations preset meet a 2 s TTFT SLO; this limit 156.
 The first token that brings ``Q(r)`` back under the limit wakes the queue
