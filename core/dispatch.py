@@ -77,7 +77,6 @@ from core.backoff import RetryBackoff
 from core.load_anticipator import Outcome
 from core.load_forecast import LoadForecast
 from core.pending_queue import (
-    PendingQueue,
     QueuedRequest,
     QueueFullError,
     RegionalQueues,
@@ -171,10 +170,6 @@ def _always(ticket: Ticket[P]) -> bool:
 
 
 def _never() -> bool:
-    return False
-
-
-def _never_waived(waited_s: float) -> bool:
     return False
 
 
@@ -279,14 +274,6 @@ class DispatchCore(Generic[P]):
         placement.lease.release(ok=ok)
         return outcome
 
-    def _overdue(self, model: str, queue: PendingQueue[Ticket[P]], now: float) -> bool:
-        """The oldest request waited past the cost model's admission patience."""
-        return self._waives(model)(queue.oldest_wait(now))
-
-    def _waives(self, model: str) -> Callable[[float], bool]:
-        cost_model = self.local.cost_model(model)
-        return cost_model.waives_admission if cost_model is not None else _never_waived
-
     @staticmethod
     def _place_if_due(
         place: Callable[[QueuedRequest[Ticket[P]]], Placement | None],
@@ -331,11 +318,14 @@ class DispatchCore(Generic[P]):
                 nothing_available, model, self.local, self.remote
             )
             place_queued = functools.partial(self._place_queued, now=now, queued=len(queue))
-            if self._overdue(model, queue, now):
-                # The overdue may go to a held-back replica, so every entry is looked
-                # at; the rest only while something is available, as in any drain.
+            cost_model = self.local.cost_model(model)
+            if cost_model is not None and cost_model.waives_admission(queue.oldest_wait(now)):
+                # The oldest is overdue and may go to a held-back replica, so every
+                # entry is looked at; the rest only while something is available, as
+                # in any drain.
+                waives = cost_model.waives_admission
                 place_queued = functools.partial(
-                    self._place_if_due, place_queued, exhausted, self._waives(model), now
+                    self._place_if_due, place_queued, exhausted, waives, now
                 )
                 exhausted = _never
             for entry, placement in queue.drain(place_queued, exhausted):
