@@ -249,6 +249,7 @@ class Engine:
                 preempted += 1
                 if victim is request:
                     return scheduled, budget, preempted
+            self._cache_blocks(request, request.num_computed_tokens + num_new)
             scheduled.append((request, num_new))
             budget -= num_new
             index += 1
@@ -273,6 +274,11 @@ class Engine:
             self._record_prefix_lookup(request, num_computed)
             request.num_computed_tokens = num_computed
             request.num_cached_blocks = len(hit_blocks)
+            # Cached as scheduled, before the step runs, as vLLM's ``allocate_slots``
+            # does: a request scheduled after this one, in this step or a later one,
+            # finds these blocks (the step writes each layer's KV before any attention
+            # reads it).
+            self._cache_blocks(request, num_computed + num_new)
             request.status = RequestStatus.RUNNING
             self.running.append(request)
             scheduled.append((request, num_new))
@@ -324,7 +330,8 @@ class Engine:
         self.stats.preemptions += 1
 
     def _execute(self, scheduled: list[tuple[EngineRequest, int]]) -> tuple[int, int, int]:
-        """Mark the batch computed and cache its new full blocks; return token counts."""
+        """Mark the batch computed (its full blocks were cached as it was scheduled);
+        return token counts."""
         prefill = decode = context = 0
         for request, num_new in scheduled:
             is_decode = num_new == 1 and request.num_computed_tokens >= request.num_prompt_tokens
@@ -334,11 +341,11 @@ class Engine:
                 prefill += num_new
             context += request.num_computed_tokens
             request.num_computed_tokens += num_new
-            self._cache_blocks(request)
         return prefill, decode, context
 
-    def _cache_blocks(self, request: EngineRequest) -> None:
-        full = min(request.num_computed_tokens // self.config.block_size, len(request.block_hashes))
+    def _cache_blocks(self, request: EngineRequest, num_tokens: int) -> None:
+        """Cache ``request``'s full blocks among its first ``num_tokens`` tokens."""
+        full = min(num_tokens // self.config.block_size, len(request.block_hashes))
         start = request.num_cached_blocks
         if full <= start:
             return

@@ -301,6 +301,28 @@ def test_an_adapter_request_follows_the_replica_holding_its_prefix(fleet: Engine
     assert cached_tokens(raw.parse().usage) == shared
 
 
+def test_prompts_sent_together_share_the_prefix_the_first_one_schedules(
+    fleet: EngineFleet,
+) -> None:
+    """vLLM caches a request's blocks as it schedules them, before the step runs, so of
+    two prompts sharing a prefix sent in one call (one step, as a rule) the second finds
+    the first's blocks: only one of them computes the prefix.  The emulated engine does
+    the same (``tests/sim/engine/test_cache.py``); caching after the step, it once made
+    both compute it."""
+    base = unique_prompt(160)
+    prompts = [f"{base} then the left branch", f"{base} then the right branch"]
+    ids = [fleet.prompt_ids(p) for p in prompts]
+    common = next(i for i, (a, b) in enumerate(zip(*ids, strict=False)) if a != b)
+    shared = min(
+        common // BLOCK_SIZE * BLOCK_SIZE, *(reusable_tokens(len(t), BLOCK_SIZE) for t in ids)
+    )
+    response = fleet.direct_client("vllm-a").completions.create(
+        model=fleet.model, prompt=prompts, max_tokens=1, temperature=0
+    )
+    assert response.usage.prompt_tokens == sum(len(t) for t in ids)
+    assert cached_tokens(response.usage) == shared
+
+
 def test_the_engine_rejects_what_its_cache_cannot_hold(fleet: EngineFleet) -> None:
     """A prompt beyond --max-model-len comes back as the engine's 400, through the
     balancer, not as a routing failure."""

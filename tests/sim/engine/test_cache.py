@@ -34,6 +34,38 @@ def test_repeated_prefix_is_served_from_cache(make_engine: Callable[..., Engine]
     assert engine.stats.prefix_cache_hits == 96
 
 
+def test_a_prefix_scheduled_in_the_same_step_is_found_cached(
+    make_engine: Callable[..., Engine],
+) -> None:
+    # vLLM caches a request's blocks as it schedules them (``allocate_slots``), before
+    # the step runs: a request scheduled after it in the same step finds them.
+    engine = make_engine()
+    shared = fresh_prompt(100)
+    engine.add_request(request("first", [*shared, *fresh_prompt(20)], 1, ignore_eos=True))
+    engine.add_request(request("second", [*shared, *fresh_prompt(20)], 1, ignore_eos=True))
+    step = engine.step()
+    assert step.num_prefill_tokens == 120 + 120 - 96  # one step for both: the second prefills 24
+    cached = {out.request_id: out.cached_tokens for out in step.outputs}
+    assert cached == {"first": 0, "second": 96}
+    assert engine.stats.prefix_cache_hits == 96
+
+
+def test_a_prompt_in_chunks_is_cached_chunk_by_chunk_as_scheduled(
+    make_engine: Callable[..., Engine],
+) -> None:
+    # A prompt longer than a step's budget is cached a chunk at a time, as each chunk
+    # is scheduled: a request sharing it that arrives mid-prefill and is scheduled in
+    # the step of the last chunk finds that chunk too.
+    engine = make_engine(max_num_batched_tokens=64)
+    shared = fresh_prompt(96)
+    engine.add_request(request("long", shared, 1, ignore_eos=True))
+    engine.step()  # 64 of its 96 tokens: 4 blocks
+    engine.add_request(request("late", [*shared, *fresh_prompt(4)], 1, ignore_eos=True))
+    step = engine.step()  # the last 32 tokens (blocks 5 and 6), then the late request
+    cached = {out.request_id: out.cached_tokens for out in step.outputs}
+    assert cached == {"long": 0, "late": 96}
+
+
 def test_fully_cached_prompt_still_recomputes_its_last_block(
     make_engine: Callable[..., Engine],
 ) -> None:
