@@ -6,7 +6,7 @@ from __future__ import annotations
 import itertools
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cached_property
@@ -18,6 +18,7 @@ import openai
 import zmq
 from tokenizers import Tokenizer
 
+from core.kv_events import STORED
 from ops import http_probe
 from tests.support.balancers import state
 from tests.support.polling import eventually
@@ -181,6 +182,22 @@ class EventTap:
             timeout_ms = 50  # the rest of a burst comes at once
         self.messages.extend(fresh)
         return fresh
+
+    def stored_until(
+        self, done: Callable[[list[dict[str, Any]]], bool], *, what: str
+    ) -> list[dict[str, Any]]:
+        """The BlockStored events read from now on, once ``done`` says all it waits for
+        are in.  Each engine step publishes its own message, so the events of several
+        requests come spread out, further apart than one burst on a busy machine."""
+        stored: list[dict[str, Any]] = []
+
+        def complete() -> bool:
+            fresh = self.drain(wait_s=0.2)
+            stored.extend(e for m in fresh for e in m.events if e["type"] == STORED)
+            return done(stored)
+
+        eventually(complete, what=what)
+        return stored
 
     def close(self) -> None:
         self._socket.close()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import json
+from typing import Any
 
 import jinja2
 import pytest
@@ -263,20 +264,32 @@ def test_a_lora_adapter_is_served_and_keys_its_blocks_apart(fleet: EngineFleet) 
     name = "vllm-a"
     client = fleet.direct_client(name)
     prompt = prompt_blocks_only(fleet, 100, BLOCK_SIZE)
+    ids = fleet.prompt_ids(prompt)
+    full = ids[: len(ids) // BLOCK_SIZE * BLOCK_SIZE]
+
+    def of_the_prompt(event: dict[str, Any]) -> bool:
+        # Blocks of this prompt, not of another one still in flight when the tap opened.
+        tokens = event["token_ids"]
+        return any(full[i : i + len(tokens)] == tokens for i in range(0, len(full), BLOCK_SIZE))
+
+    def tokens(events: list[dict[str, Any]], adapter: bool) -> list[int]:
+        mine = [e for e in events if (e["lora_name"] == ADAPTER) == adapter and of_the_prompt(e)]
+        return [t for e in mine for t in e["token_ids"]]
+
     with event_tap(fleet.replicas[name]) as tap:
         settle(tap, fleet, name)
         client.completions.create(model=ADAPTER, prompt=prompt, max_tokens=1)
         again = client.completions.create(model=ADAPTER, prompt=prompt, max_tokens=1)
         base = client.completions.create(model=fleet.model, prompt=prompt, max_tokens=1)
-        stored = [e for m in tap.drain(wait_s=5) for e in m.events if e["type"] == STORED]
+        stored = tap.stored_until(
+            lambda events: tokens(events, adapter=True) == full == tokens(events, adapter=False),
+            what="the prompt's blocks stored once for the adapter and once for the base model",
+        )
     assert cached_tokens(again.usage) == reusable_tokens(again.usage.prompt_tokens, BLOCK_SIZE)
     assert cached_tokens(base.usage) == 0  # the adapter's blocks are not the base model's
     adapter_events = [e for e in stored if e["lora_name"] == ADAPTER]
-    base_events = [e for e in stored if e["lora_id"] is None]
-    assert adapter_events and base_events
+    base_events = [e for e in stored if e["lora_id"] is None and of_the_prompt(e)]
     assert all(e["lora_id"] is not None for e in adapter_events)
-    adapter_tokens = [t for e in adapter_events for t in e["token_ids"]]
-    assert adapter_tokens == [t for e in base_events for t in e["token_ids"]]
     adapter_hashes = {h for e in adapter_events for h in e["block_hashes"]}
     assert adapter_hashes.isdisjoint(h for e in base_events for h in e["block_hashes"])
     adapters = [
