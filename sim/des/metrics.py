@@ -31,7 +31,14 @@
   hit rate as a share of the latter (``hit_of_bound``); and what this
   deployment's balancers can reach without forwarding (each balancer's
   replicas pooled for its own clients' requests), with the hit rate as a share
-  of it (``hit_of_reachable``).
+  of it (``hit_of_reachable``);
+* what a token waited for (``token_waits``): the engines' mean inter-token
+  latency split by the step model's terms (the fixed weight read, prefill, and
+  the part that grows with the batch), the batch the average token waited in
+  against the mean batch, and the latency had every token waited in the mean
+  batch.  A closed loop's throughput follows the inter-token latency, and a
+  router moves only its prefill and batch terms: this says how much room a
+  better placement has left.
 
 Every issued request is accounted for: ``ok + failed + unfinished == issued``.
 """
@@ -56,6 +63,7 @@ from sim.des.oracle import (
     share_of_bound,
 )
 from sim.des.world import SimRun
+from sim.engine.stats import TokenWaits
 
 # A chat user's patience for the first token; docs/simulator.md explains the choice.
 DEFAULT_TTFT_SLO_S = 2.0
@@ -104,6 +112,8 @@ class Summary:
     hit_of_bound: float | None = None
     bound_reachable: float = 0.0
     hit_of_reachable: float | None = None
+    # The mean inter-token latency by the step model's terms (``token_waits``).
+    waits: dict[str, float] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -162,7 +172,27 @@ def summarize(run: SimRun, label: str = "", ttft_slo_s: float = DEFAULT_TTFT_SLO
         hit_of_bound=share_of_bound(hit_rate, bounds.pooled),
         bound_reachable=bounds.reachable,
         hit_of_reachable=share_of_bound(hit_rate, bounds.reachable),
+        waits=token_waits(run.waits),
     )
+
+
+def token_waits(waits: TokenWaits) -> dict[str, float]:
+    """The mean inter-token latency (ms) by term, and had the batches been even."""
+    if not waits.tokens:
+        return {}
+    per_token_ms = 1000.0 / waits.tokens
+    fixed = waits.fixed_s * per_token_ms
+    prefill = waits.prefill_s * per_token_ms
+    batch = waits.batch_s * per_token_ms
+    return {
+        "itl_ms": fixed + prefill + batch,
+        "fixed_ms": fixed,
+        "prefill_ms": prefill,
+        "batch_ms": batch,
+        "token_batch": waits.token_batch(),
+        "mean_batch": waits.mean_batch(),
+        "even_itl_ms": fixed + prefill + waits.balanced_batch_s() * per_token_ms,
+    }
 
 
 def _load_end(config: SimConfig, run_end_s: float) -> float:

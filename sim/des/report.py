@@ -103,6 +103,7 @@ def format_table(summaries: Sequence[Summary]) -> str:
     lines = [" ".join(name.rjust(w) for (name, _), w in zip(COLUMNS, widths, strict=True))]
     for row in table_rows(summaries):
         lines.append(" ".join(cell.rjust(w) for cell, w in zip(row, widths, strict=True)))
+    lines.extend(format_waits(summaries))
     failed = [s for s in summaries if s.failed or s.unfinished]
     for s in failed:
         lines.append(f"{s.label}: {s.failed} failed {s.errors}, {s.unfinished} unfinished")
@@ -110,6 +111,49 @@ def format_table(summaries: Sequence[Summary]) -> str:
         lines.append(LEGEND.format(slo=summaries[0].ttft_slo_s))
     return "\n".join(lines)
 
+
+WAIT_COLUMNS = (
+    ("per token", 16),
+    ("itl ms", 7),
+    ("fixed", 6),
+    ("prefill", 8),
+    ("batch", 6),
+    ("its batch", 10),
+    ("mean", 6),
+    ("even itl", 9),
+    ("x", 6),
+)
+
+
+def format_waits(summaries: Sequence[Summary]) -> list[str]:
+    """What the engines' tokens waited for, per run (``sim.des.metrics.token_waits``);
+    nothing when no run sampled a token."""
+    runs = [s for s in ranked(summaries) if s.waits]
+    if not runs:
+        return []
+    widths = [w for _, w in WAIT_COLUMNS]
+    lines = [" ".join(name.rjust(w) for (name, _), w in zip(WAIT_COLUMNS, widths, strict=True))]
+    for s in runs:
+        w = s.waits
+        cells = [
+            s.label,
+            *(f"{w[key]:.2f}" for key in ("itl_ms", "fixed_ms", "prefill_ms", "batch_ms")),
+            f"{w['token_batch']:.1f}",
+            f"{w['mean_batch']:.1f}",
+            f"{w['even_itl_ms']:.2f}",
+            f"{w['itl_ms'] / w['even_itl_ms']:.3f}" if w["even_itl_ms"] else "-",
+        ]
+        lines.append(" ".join(c.rjust(width) for c, width in zip(cells, widths, strict=True)))
+    lines.append(WAITS_LEGEND)
+    return lines
+
+
+WAITS_LEGEND = (
+    "per token: the engines' mean inter-token latency (each sampled token waits its whole step) "
+    "split into the fixed weight read, prefill chunks, and what grows with the batch; its "
+    "batch: the batch the average token waited in; mean: the replicas' batch over their busy "
+    "time; even itl: the latency had every token waited in the mean batch; x: itl / even itl."
+)
 
 LEGEND = (
     "ranked by goodput: requests/s answered with TTFT <= {slo:g} s; req/s and goodput are "

@@ -36,6 +36,7 @@ from sim.des.replica import SimReplica
 from sim.des.workloads import region_arrivals
 from sim.engine import Engine, EngineConfig, Vocabulary
 from sim.engine.profiles import get_profile
+from sim.engine.stats import TokenWaits
 
 SliceHook = Callable[[float, int], None]
 
@@ -62,6 +63,8 @@ class SimRun:
     samples: list[tuple[float, tuple[int, ...]]] = field(default_factory=list)
     replica_names: tuple[str, ...] = ()
     stats: RunStats = field(default_factory=RunStats)
+    # What the fleet's sampled tokens waited for, by the step model's terms.
+    waits: TokenWaits = field(default_factory=TokenWaits)
 
 
 class World:
@@ -202,7 +205,10 @@ class World:
             tracemalloc.stop()
         names = tuple(self.replicas)
         finished = [r.done_at for r in records if r.done_at is not None]
-        return SimRun(cfg, records, max(finished, default=end), samples, names, stats)
+        waits = TokenWaits()
+        for replica in self.replicas.values():
+            waits.merge(replica.engine.stats.waits)
+        return SimRun(cfg, records, max(finished, default=end), samples, names, stats, waits)
 
     def _run_until_done(
         self, budget: Budget, regions: list[RegionClients], on_slice: SliceHook | None

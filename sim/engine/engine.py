@@ -230,10 +230,14 @@ class Engine:
         prefill, decode, context = self._execute(scheduled)
         duration = self.profile.step_seconds(prefill, decode, context) * self.slowdown
         self.clock += duration
+        outputs = [out for req, _ in scheduled if (out := self._sample(req)) is not None]
         if scheduled:
             self.stats.steps += 1
             self.stats.busy_seconds += duration
-        outputs = [out for req, _ in scheduled if (out := self._sample(req)) is not None]
+            terms = self.profile.step_terms(prefill, decode, context)
+            scaled = (terms[0] * self.slowdown, terms[1] * self.slowdown, terms[2] * self.slowdown)
+            sampled = sum(1 for out in outputs if out.new_token_ids)  # not a pooling answer
+            self.stats.waits.add_step(scaled, len(scheduled), sampled, duration)
         return StepResult(outputs, prefill, decode, preempted, duration, self.clock)
 
     def _schedule_running(self, budget: int) -> tuple[list[tuple[EngineRequest, int]], int, int]:

@@ -122,6 +122,22 @@ class StepTimeProfile:
             + self.kv_read_s_per_token * context_tokens
         )
 
+    def step_terms(
+        self, prefill_tokens: int, decode_seqs: int, context_tokens: int
+    ) -> tuple[float, float, float]:
+        """``step_seconds`` in three parts, which sum to it up to rounding: the fixed
+        weight read, the prefill chunks' GEMMs, and what grows with the batch (each
+        decoding sequence's GEMM share and the attention reads of every scheduled
+        request's context).  A router moves the last two only: the prefill by what
+        it leaves uncached, the batch by how evenly it spreads running requests."""
+        if prefill_tokens == 0 and decode_seqs == 0:
+            return 0.0, 0.0, 0.0
+        return (
+            self.fixed_s,
+            self.prefill_s_per_token * prefill_tokens,
+            self.decode_s_per_seq * decode_seqs + self.kv_read_s_per_token * context_tokens,
+        )
+
 
 PROFILES: dict[str, StepTimeProfile] = {
     profile.name: profile

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 from plotly.offline import get_plotlyjs
 
 from sim.des.config import SimConfig
@@ -87,3 +89,29 @@ def test_saved_reports_are_listed_newest_first(
     assert [s["label"] for s in listed[1].summaries] == ["least_load", "skylb"]
     sidecar = json.loads(first.with_suffix(".json").read_text())
     assert sidecar["summaries"][0]["ok"] == 10
+
+
+def test_below_the_table_each_run_says_what_its_tokens_waited_for(
+    make_config: Callable[..., SimConfig],
+) -> None:
+    results = summaries(make_config)
+    lines = format_table(results).splitlines()
+    header = next(i for i, line in enumerate(lines) if line.split()[:3] == ["per", "token", "itl"])
+    assert header == 1 + len(results)  # right after the main table's rows
+    rows = [line.split() for line in lines[header + 1 : header + 1 + len(results)]]
+    assert [row[0] for row in rows] == [line.split()[0] for line in lines[1 : 1 + len(results)]]
+    for summary in results:
+        w = summary.waits
+        assert w["itl_ms"] == pytest.approx(w["fixed_ms"] + w["prefill_ms"] + w["batch_ms"])
+        assert w["fixed_ms"] == pytest.approx(30.0)  # the L4 profile's weight read
+        assert w["even_itl_ms"] <= w["itl_ms"] + 1e-9
+        assert w["token_batch"] >= w["mean_batch"] - 1e-9 > 0
+    assert lines[header + 1 + len(results)].startswith("per token: the engines' mean")
+
+
+def test_a_run_with_no_tokens_sampled_prints_no_token_table(
+    make_config: Callable[..., SimConfig],
+) -> None:
+    results = summaries(make_config)
+    silent = [dataclasses.replace(s, waits={}) for s in results]
+    assert "per token" not in format_table(silent)

@@ -43,6 +43,9 @@ def test_a_request_budget_is_sent_exactly_and_every_request_finishes(
     assert summary.failed == summary.unfinished == 0
     assert all(r.first_at is not None and r.first_at <= (r.done_at or 0) for r in run.records)
     assert all(r.completion_tokens > 0 for r in run.records)
+    # Every token a client received was sampled in one engine step and counted once
+    # in the fleet's token waits.
+    assert run.waits.tokens == sum(r.completion_tokens for r in run.records)
 
 
 def test_a_duration_stops_sending_at_its_end(make_config: Callable[..., SimConfig]) -> None:
