@@ -34,11 +34,11 @@
   of it (``hit_of_reachable``);
 * what a token waited for (``token_waits``): the engines' mean inter-token
   latency split by the step model's terms (the fixed weight read, prefill, and
-  the part that grows with the batch), the batch the average token waited in
-  against the mean batch, and the latency had every token waited in the mean
-  batch.  A closed loop's throughput follows the inter-token latency, and a
-  router moves only its prefill and batch terms: this says how much room a
-  better placement has left.
+  the part that grows with the batch), the batch the average token waited in,
+  and the latency had each instant's running requests been spread evenly over
+  the replicas (all of them, or each region's own).  A closed loop's throughput
+  follows the inter-token latency, and a router moves only its prefill and batch
+  terms: this says how much room a better placement has left.
 
 Every issued request is accounted for: ``ok + failed + unfinished == issued``.
 """
@@ -172,27 +172,65 @@ def summarize(run: SimRun, label: str = "", ttft_slo_s: float = DEFAULT_TTFT_SLO
         hit_of_bound=share_of_bound(hit_rate, bounds.pooled),
         bound_reachable=bounds.reachable,
         hit_of_reachable=share_of_bound(hit_rate, bounds.reachable),
-        waits=token_waits(run.waits),
+        waits=token_waits(run.waits, _while_sending(run, run.batches), run.replica_regions),
     )
 
 
-def token_waits(waits: TokenWaits) -> dict[str, float]:
-    """The mean inter-token latency (ms) by term, and had the batches been even."""
+def token_waits(
+    waits: TokenWaits, batches: Sequence[tuple[int, ...]], regions: Sequence[str] = ()
+) -> dict[str, float]:
+    """The mean inter-token latency (ms) by term, and had the batches been even.
+
+    ``batches`` are the replicas' running batches sampled at the same instants, and
+    ``regions`` each replica's region.  ``even_share`` is how much smaller the batch
+    the average running request sat in would have been, had each instant's requests
+    been spread evenly over all the replicas (``even_share``); ``region_share``, over
+    each region's own replicas (what balancers that never forward could do).  Both
+    leave out how the fleet's total moved over time (a closed loop's programs widen
+    and narrow together), which no placement changes.  The batch term grows in
+    proportion to the batch, so ``even_itl_ms`` and ``region_itl_ms`` price it at
+    those shares of itself."""
     if not waits.tokens:
         return {}
     per_token_ms = 1000.0 / waits.tokens
     fixed = waits.fixed_s * per_token_ms
     prefill = waits.prefill_s * per_token_ms
     batch = waits.batch_s * per_token_ms
+    share = even_share(batches)
+    in_region = even_share(batches, _groups(regions))
     return {
         "itl_ms": fixed + prefill + batch,
         "fixed_ms": fixed,
         "prefill_ms": prefill,
         "batch_ms": batch,
         "token_batch": waits.token_batch(),
-        "mean_batch": waits.mean_batch(),
-        "even_itl_ms": fixed + prefill + waits.balanced_batch_s() * per_token_ms,
+        "even_share": share,
+        "even_itl_ms": fixed + prefill + batch * share,
+        "region_share": in_region,
+        "region_itl_ms": fixed + prefill + batch * in_region,
     }
+
+
+def even_share(batches: Sequence[tuple[int, ...]], groups: Sequence[Sequence[int]] = ()) -> float:
+    """The batch a running request sat in had every instant's batches been even within
+    each group of replica indices (all of them, without ``groups``), as a share of the
+    one it sat in: sum(B^2) over sum(mean^2) per replica and instant (1.0: already
+    even, or nothing ran)."""
+    squares = evened = 0.0
+    for sample in batches:
+        squares += sum(b * b for b in sample)
+        for group in groups or (range(len(sample)),):
+            total = sum(sample[i] for i in group)
+            evened += total * total / len(group) if group else 0.0
+    return evened / squares if squares else 1.0
+
+
+def _groups(regions: Sequence[str]) -> list[list[int]]:
+    """Replica indices by region, in first-seen order."""
+    by_region: dict[str, list[int]] = {}
+    for index, region in enumerate(regions):
+        by_region.setdefault(region, []).append(index)
+    return list(by_region.values())
 
 
 def _load_end(config: SimConfig, run_end_s: float) -> float:
@@ -252,13 +290,20 @@ def _balancer_pools(
 
 def _variance(run: SimRun) -> float:
     """Mean over samples of the across-replica variance of outstanding requests."""
-    last_send = max((r.sent_at for r in run.records), default=0.0)
     values = [
         statistics.pvariance(counts)
-        for at, counts in run.samples
-        if at <= last_send and len(counts) > 1
+        for counts in _while_sending(run, run.samples)
+        if len(counts) > 1
     ]
     return statistics.fmean(values) if values else 0.0
+
+
+def _while_sending(
+    run: SimRun, samples: Sequence[tuple[float, tuple[int, ...]]]
+) -> list[tuple[int, ...]]:
+    """The samples taken while clients were sending (not the drain after it)."""
+    last_send = max((r.sent_at for r in run.records), default=0.0)
+    return [counts for at, counts in samples if at <= last_send]
 
 
 def _per_region(run: SimRun) -> dict[str, dict[str, Any]]:

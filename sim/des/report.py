@@ -119,8 +119,10 @@ WAIT_COLUMNS = (
     ("prefill", 8),
     ("batch", 6),
     ("its batch", 10),
-    ("mean", 6),
+    ("even", 6),
     ("even itl", 9),
+    ("x", 6),
+    ("in region", 10),
     ("x", 6),
 )
 
@@ -139,9 +141,11 @@ def format_waits(summaries: Sequence[Summary]) -> list[str]:
             s.label,
             *(f"{w[key]:.2f}" for key in ("itl_ms", "fixed_ms", "prefill_ms", "batch_ms")),
             f"{w['token_batch']:.1f}",
-            f"{w['mean_batch']:.1f}",
+            f"{w['even_share']:.3f}",
             f"{w['even_itl_ms']:.2f}",
-            f"{w['itl_ms'] / w['even_itl_ms']:.3f}" if w["even_itl_ms"] else "-",
+            f"{w['itl_ms'] / w['even_itl_ms']:.3f}",
+            f"{w['region_share']:.3f}",
+            f"{w['itl_ms'] / w['region_itl_ms']:.3f}",
         ]
         lines.append(" ".join(c.rjust(width) for c, width in zip(cells, widths, strict=True)))
     lines.append(WAITS_LEGEND)
@@ -151,8 +155,10 @@ def format_waits(summaries: Sequence[Summary]) -> list[str]:
 WAITS_LEGEND = (
     "per token: the engines' mean inter-token latency (each sampled token waits its whole step) "
     "split into the fixed weight read, prefill chunks, and what grows with the batch; its "
-    "batch: the batch the average token waited in; mean: the replicas' batch over their busy "
-    "time; even itl: the latency had every token waited in the mean batch; x: itl / even itl."
+    "batch: the batch the average token waited in; even: the share of it left had each "
+    "instant's running requests been spread evenly over all the replicas (sampled each second "
+    "while clients sent); even itl: the latency with the batch term at that share; x: itl / "
+    "even itl; in region, x: the same with each region's requests spread over its own replicas."
 )
 
 LEGEND = (

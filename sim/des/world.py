@@ -65,6 +65,10 @@ class SimRun:
     stats: RunStats = field(default_factory=RunStats)
     # What the fleet's sampled tokens waited for, by the step model's terms.
     waits: TokenWaits = field(default_factory=TokenWaits)
+    # (time, each replica's running batch) at the same instants as ``samples``.
+    batches: list[tuple[float, tuple[int, ...]]] = field(default_factory=list)
+    # Each replica's region, in ``replica_names``' order.
+    replica_regions: tuple[str, ...] = ()
 
 
 class World:
@@ -164,9 +168,15 @@ class World:
                 self.balancers.get(f"{region}-lb") or self.balancers[f"{homes[0]}-lb"]
             )
 
-    def _sample(self, samples: list[tuple[float, tuple[int, ...]]]) -> None:
-        samples.append((self.loop.now, tuple(r.outstanding for r in self.replicas.values())))
-        self.loop.call_later(self.config.sample_interval_s, self._sample, samples)
+    def _sample(
+        self,
+        samples: list[tuple[float, tuple[int, ...]]],
+        batches: list[tuple[float, tuple[int, ...]]],
+    ) -> None:
+        now, replicas = self.loop.now, self.replicas.values()
+        samples.append((now, tuple(r.outstanding for r in replicas)))
+        batches.append((now, tuple(r.engine.num_running for r in replicas)))
+        self.loop.call_later(self.config.sample_interval_s, self._sample, samples, batches)
 
     def run(self, *, trace_memory: bool = False, on_slice: SliceHook | None = None) -> SimRun:
         cfg = self.config
@@ -192,7 +202,8 @@ class World:
             region_arrivals(cfg, index).start(clients)
             regions.append(clients)
         samples: list[tuple[float, tuple[int, ...]]] = []
-        self.loop.call_soon(self._sample, samples)
+        batches: list[tuple[float, tuple[int, ...]]] = []
+        self.loop.call_soon(self._sample, samples, batches)
         end = self._run_until_done(budget, regions, on_slice)
         stats = RunStats(
             wall_s=time.perf_counter() - started,
@@ -208,7 +219,17 @@ class World:
         waits = TokenWaits()
         for replica in self.replicas.values():
             waits.merge(replica.engine.stats.waits)
-        return SimRun(cfg, records, max(finished, default=end), samples, names, stats, waits)
+        return SimRun(
+            cfg,
+            records,
+            max(finished, default=end),
+            samples,
+            names,
+            stats,
+            waits=waits,
+            batches=batches,
+            replica_regions=tuple(r.region for r in self.replicas.values()),
+        )
 
     def _run_until_done(
         self, budget: Budget, regions: list[RegionClients], on_slice: SliceHook | None

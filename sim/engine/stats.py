@@ -55,36 +55,24 @@ class TokenWaits:
     (``StepTimeProfile.step_terms``): every token sampled in a step waited that whole
     step, so each term is summed once per token.  Divided by ``tokens``, they are the
     mean inter-token latency split into the fixed weight read, prefill and batch.
-
-    ``batch_seconds`` sums each step's batch size (scheduled requests) times its
-    duration and ``busy_seconds`` the durations, so ``batch_seconds /
-    busy_seconds`` is the batch a replica ran on average over its busy time;
-    ``batch_tokens`` sums each token's own batch, so ``batch_tokens / tokens`` is
-    the batch the average token waited in.  Where batches are uneven the second is
-    the larger (a full replica samples more tokens per step), and the batch term
-    grows with it: ``balanced_batch_s`` prices the batch term at the mean."""
+    ``batch_tokens`` sums each token's own batch (the requests its step scheduled),
+    so ``token_batch`` is the batch the average token waited in."""
 
     tokens: int = 0
     fixed_s: float = 0.0
     prefill_s: float = 0.0
     batch_s: float = 0.0
     batch_tokens: int = 0
-    batch_seconds: float = 0.0
-    busy_seconds: float = 0.0
 
-    def add_step(
-        self, terms: tuple[float, float, float], batch: int, tokens: int, duration_s: float
-    ) -> None:
-        """One step of ``batch`` scheduled requests that lasted ``duration_s`` and
-        sampled ``tokens``; ``terms`` is its ``step_terms``, already scaled like it."""
+    def add_step(self, terms: tuple[float, float, float], batch: int, tokens: int) -> None:
+        """One step of ``batch`` scheduled requests that sampled ``tokens``; ``terms``
+        is its ``step_terms``, already scaled as its duration was."""
         fixed, prefill, grows = terms
         self.tokens += tokens
         self.fixed_s += tokens * fixed
         self.prefill_s += tokens * prefill
         self.batch_s += tokens * grows
         self.batch_tokens += tokens * batch
-        self.batch_seconds += batch * duration_s
-        self.busy_seconds += duration_s
 
     def merge(self, other: TokenWaits) -> None:
         """Add ``other``'s sums (another replica's): the fleet's waits."""
@@ -93,23 +81,10 @@ class TokenWaits:
         self.prefill_s += other.prefill_s
         self.batch_s += other.batch_s
         self.batch_tokens += other.batch_tokens
-        self.batch_seconds += other.batch_seconds
-        self.busy_seconds += other.busy_seconds
-
-    def mean_batch(self) -> float:
-        """The batch the replicas ran, averaged over their busy time."""
-        return self.batch_seconds / self.busy_seconds if self.busy_seconds else 0.0
 
     def token_batch(self) -> float:
         """The batch the average sampled token waited in."""
         return self.batch_tokens / self.tokens if self.tokens else 0.0
-
-    def balanced_batch_s(self) -> float:
-        """``batch_s`` had every token waited in the mean batch instead of its own:
-        the batch term grows in proportion to the batch (its attention reads too,
-        at the same context per request)."""
-        token_batch = self.token_batch()
-        return self.batch_s * self.mean_batch() / token_batch if token_batch else 0.0
 
 
 @dataclass

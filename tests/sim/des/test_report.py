@@ -104,8 +104,10 @@ def test_below_the_table_each_run_says_what_its_tokens_waited_for(
         w = summary.waits
         assert w["itl_ms"] == pytest.approx(w["fixed_ms"] + w["prefill_ms"] + w["batch_ms"])
         assert w["fixed_ms"] == pytest.approx(30.0)  # the L4 profile's weight read
+        assert 0 < w["even_share"] <= w["region_share"] <= 1
+        assert w["even_itl_ms"] <= w["region_itl_ms"] <= w["itl_ms"] + 1e-9
         assert w["even_itl_ms"] <= w["itl_ms"] + 1e-9
-        assert w["token_batch"] >= w["mean_batch"] - 1e-9 > 0
+        assert w["token_batch"] >= 1
     assert lines[header + 1 + len(results)].startswith("per token: the engines' mean")
 
 

@@ -46,6 +46,11 @@ def test_a_request_budget_is_sent_exactly_and_every_request_finishes(
     # Every token a client received was sampled in one engine step and counted once
     # in the fleet's token waits.
     assert run.waits.tokens == sum(r.completion_tokens for r in run.records)
+    # Each replica's running batch, sampled at the instants the outstanding counts are.
+    assert [at for at, _ in run.batches] == [at for at, _ in run.samples]
+    assert all(len(batch) == len(run.replica_names) for _, batch in run.batches)
+    assert run.replica_regions == tuple(name.rsplit("-", 1)[0] for name in run.replica_names)
+    assert any(sum(batch) for _, batch in run.batches)
 
 
 def test_a_duration_stops_sending_at_its_end(make_config: Callable[..., SimConfig]) -> None:

@@ -35,12 +35,10 @@ def test_a_lone_request_waits_one_step_per_token_in_a_batch_of_one(
     steps = run_to_completion(engine)
     waits = engine.stats.waits
     assert waits.tokens == engine.stats.generation_tokens == 8
-    assert waits.busy_seconds == pytest.approx(sum(s.duration_s for s in steps))
     assert waits.fixed_s == pytest.approx(8 * L4.fixed_s)
     # The first token waited for its prompt's prefill; the other seven for nothing.
     assert waits.prefill_s == pytest.approx(100 * L4.prefill_s_per_token)
-    assert waits.token_batch() == waits.mean_batch() == 1.0
-    assert waits.balanced_batch_s() == pytest.approx(waits.batch_s)
+    assert waits.token_batch() == 1.0
     total = waits.fixed_s + waits.prefill_s + waits.batch_s
     assert total == pytest.approx(sum(s.duration_s for s in steps))
 
@@ -57,24 +55,20 @@ def test_a_slowed_engine_scales_every_term(make_engine: Callable[..., Engine]) -
     )
 
 
-def test_uneven_batches_make_the_average_token_wait_in_a_larger_one() -> None:
-    # Two replicas stepping side by side for one second each: one runs three
-    # requests, the other one.  The fleet's mean batch is 2, but three of every
-    # four tokens waited in the batch of three.
-    waits = TokenWaits()
-    full, light = TokenWaits(), TokenWaits()
-    full.add_step((0.03, 0.0, 0.003), batch=3, tokens=3, duration_s=1.0)
-    light.add_step((0.03, 0.0, 0.001), batch=1, tokens=1, duration_s=1.0)
-    waits.merge(full)
-    waits.merge(light)
-    assert waits.tokens == 4
-    assert waits.mean_batch() == 2.0
-    assert waits.token_batch() == 2.5
-    assert waits.batch_s == pytest.approx(3 * 0.003 + 0.001)
-    # Had every token waited in a batch of 2: the batch term in proportion.
-    assert waits.balanced_batch_s() == pytest.approx(waits.batch_s * 2.0 / 2.5)
+def test_replicas_merge_into_the_fleet_s_waits() -> None:
+    # One replica runs three requests, the other one: three of every four tokens
+    # waited in the batch of three.
+    full, light, fleet = TokenWaits(), TokenWaits(), TokenWaits()
+    full.add_step((0.03, 0.0, 0.003), batch=3, tokens=3)
+    light.add_step((0.03, 0.002, 0.001), batch=1, tokens=1)
+    fleet.merge(full)
+    fleet.merge(light)
+    assert fleet.tokens == 4
+    assert fleet.token_batch() == 2.5
+    assert fleet.fixed_s == pytest.approx(4 * 0.03)
+    assert fleet.prefill_s == pytest.approx(0.002)
+    assert fleet.batch_s == pytest.approx(3 * 0.003 + 0.001)
 
 
 def test_no_tokens_means_no_batch() -> None:
-    waits = TokenWaits()
-    assert waits.token_batch() == waits.mean_batch() == waits.balanced_batch_s() == 0.0
+    assert TokenWaits().token_batch() == 0.0
