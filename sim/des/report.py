@@ -127,27 +127,39 @@ WAIT_COLUMNS = (
 )
 
 
+def wait_rows(summaries: Sequence[Summary]) -> list[list[str]]:
+    """One row per run that sampled a token (``sim.des.metrics.token_waits``),
+    ranked by goodput."""
+    rows = []
+    for s in ranked(summaries):
+        w = s.waits
+        if not w:
+            continue
+        rows.append(
+            [
+                s.label,
+                *(f"{w[key]:.2f}" for key in ("itl_ms", "fixed_ms", "prefill_ms", "batch_ms")),
+                f"{w['token_batch']:.1f}",
+                f"{w['even_share']:.3f}",
+                f"{w['even_itl_ms']:.2f}",
+                f"{w['itl_ms'] / w['even_itl_ms']:.3f}",
+                f"{w['region_share']:.3f}",
+                f"{w['itl_ms'] / w['region_itl_ms']:.3f}",
+            ]
+        )
+    return rows
+
+
 def format_waits(summaries: Sequence[Summary]) -> list[str]:
-    """What the engines' tokens waited for, per run (``sim.des.metrics.token_waits``);
-    nothing when no run sampled a token."""
-    runs = [s for s in ranked(summaries) if s.waits]
-    if not runs:
+    """What the engines' tokens waited for, as console lines; none when no run
+    sampled a token."""
+    rows = wait_rows(summaries)
+    if not rows:
         return []
     widths = [w for _, w in WAIT_COLUMNS]
     lines = [" ".join(name.rjust(w) for (name, _), w in zip(WAIT_COLUMNS, widths, strict=True))]
-    for s in runs:
-        w = s.waits
-        cells = [
-            s.label,
-            *(f"{w[key]:.2f}" for key in ("itl_ms", "fixed_ms", "prefill_ms", "batch_ms")),
-            f"{w['token_batch']:.1f}",
-            f"{w['even_share']:.3f}",
-            f"{w['even_itl_ms']:.2f}",
-            f"{w['itl_ms'] / w['even_itl_ms']:.3f}",
-            f"{w['region_share']:.3f}",
-            f"{w['itl_ms'] / w['region_itl_ms']:.3f}",
-        ]
-        lines.append(" ".join(c.rjust(width) for c, width in zip(cells, widths, strict=True)))
+    for row in rows:
+        lines.append(" ".join(c.rjust(width) for c, width in zip(row, widths, strict=True)))
     lines.append(WAITS_LEGEND)
     return lines
 
@@ -202,6 +214,20 @@ def _figures(summaries: Sequence[Summary]) -> list[go.Figure]:
             title="Variance of outstanding requests across replicas"
         )
     )
+    timed = [s for s in summaries if s.waits]
+    if timed:
+        itl = go.Figure()
+        names = [s.label for s in timed]
+        for name, key in (("fixed", "fixed_ms"), ("prefill", "prefill_ms"), ("batch", "batch_ms")):
+            itl.add_bar(name=name, x=names, y=[s.waits[key] for s in timed])
+        itl.add_scatter(
+            name="batches even over all replicas",
+            x=names,
+            y=[s.waits["even_itl_ms"] for s in timed],
+            mode="markers",
+        )
+        itl.update_layout(title="Inter-token latency by step term (ms)", barmode="stack")
+        figs.append(itl)
     return figs
 
 
@@ -211,11 +237,9 @@ def render_html(title: str, options: dict[str, Any], summaries: Sequence[Summary
     for fig in _figures(summaries) if summaries else []:
         fig.update_layout(height=360, margin={"t": 48, "b": 40})
         parts.append(pio.to_html(fig, include_plotlyjs=False, full_html=False))
-    head = "".join(f"<th>{html.escape(name)}</th>" for name, _ in COLUMNS)
-    body = "".join(
-        "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>"
-        for row in table_rows(summaries)
-    )
+    table = _html_table([name for name, _ in COLUMNS], table_rows(summaries))
+    timed = wait_rows(summaries)
+    waits = _html_table([name for name, _ in WAIT_COLUMNS], timed) if timed else ""
     opts = html.escape(json.dumps(options, indent=1, sort_keys=True, default=str))
     return (
         "<!DOCTYPE html><html><head><meta charset='utf-8'>"
@@ -223,10 +247,20 @@ def render_html(title: str, options: dict[str, Any], summaries: Sequence[Summary
         "<style>body{font-family:sans-serif;margin:1.5em}table{border-collapse:collapse}"
         "td,th{border:1px solid #ccc;padding:2px 6px;text-align:right}</style></head><body>"
         f"<h1>{html.escape(title)}</h1><pre>{opts}</pre>"
-        f"<table><tr>{head}</tr>{body}</table>"
+        f"{table}"
         f"<p>{html.escape(LEGEND.format(slo=summaries[0].ttft_slo_s)) if summaries else ''}</p>"
+        f"{waits}<p>{html.escape(WAITS_LEGEND) if waits else ''}</p>"
         f"{''.join(parts)}</body></html>"
     )
+
+
+def _html_table(columns: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """A plain HTML table: a header row, then the rows."""
+    head = "".join(f"<th>{html.escape(name)}</th>" for name in columns)
+    body = "".join(
+        "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in rows
+    )
+    return f"<table><tr>{head}</tr>{body}</table>"
 
 
 def ensure_plotly_js(folder: Path) -> Path:

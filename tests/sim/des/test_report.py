@@ -62,8 +62,9 @@ def test_the_html_references_plotly_beside_it_and_needs_no_network(
     assert len(page.encode()) < 200_000
     sources = re.findall(r"<script[^>]*\bsrc=['\"]([^'\"]+)", page)
     assert sources == [PLOTLY_JS]  # one relative file, no CDN
-    assert page.count("Plotly.newPlot") == 5
+    assert page.count("Plotly.newPlot") == 6
     assert "skylb" in page and "hit/bound" in page
+    assert "Inter-token latency by step term" in page and "even itl" in page
 
 
 def test_a_saved_report_has_the_plotly_bundle_beside_it(
@@ -117,3 +118,5 @@ def test_a_run_with_no_tokens_sampled_prints_no_token_table(
     results = summaries(make_config)
     silent = [dataclasses.replace(s, waits={}) for s in results]
     assert "per token" not in format_table(silent)
+    page = render_html("demo", {}, silent)
+    assert page.count("Plotly.newPlot") == 5 and "even itl" not in page
