@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -27,6 +28,9 @@ def test_the_last_simulations_are_listed_with_their_numbers_and_reports(
     assert "<td>least_load</td>" in html and "<td>skylb</td>" in html
     # Both bounds, side by side: the pooled fleet and what the deployment reaches alone.
     assert "<th>hit / bound</th><th>hit / reach</th>" in html
+    # What the engines' tokens waited for, and had the batches been even.
+    assert "<th>itl</th><th>even itl</th>" in html
+    assert html.count(" ms</td><td>") >= 2  # both runs sampled tokens
     (report,) = (var_dir / "simulations").glob("*.html")
     page = staff.get(f"/console/simulations/{report.name}")
     assert page.status_code == 200 and page["Content-Type"].startswith("text/html")
@@ -35,6 +39,22 @@ def test_the_last_simulations_are_listed_with_their_numbers_and_reports(
     script = staff.get("/console/simulations/plotly.min.js")
     assert script.status_code == 200 and script["Content-Type"].startswith("text/javascript")
     assert b"plotly.js" in b"".join(script.streaming_content)[:4000]
+
+
+@pytest.mark.django_db
+def test_a_report_saved_before_token_waits_shows_dashes(staff: Client, var_dir: Path) -> None:
+    call_command(
+        "simulate", "--workload", "conversations", "--policies", "ll",
+        "--replicas", "us-east=1", "--clients", "2", "--duration", "3", "--seed", "3",
+    )  # fmt: skip
+    (sidecar,) = (var_dir / "simulations").glob("*.json")
+    saved = json.loads(sidecar.read_text())
+    for summary in saved["summaries"]:
+        del summary["waits"]  # as written before the field existed
+    sidecar.write_text(json.dumps(saved))
+    html = staff.get("/console/simulations").content.decode()
+    assert "<td>least_load</td>" in html
+    assert "<td>-</td><td>-</td></tr>" in html
 
 
 @pytest.mark.django_db
