@@ -235,9 +235,8 @@ class Engine:
             self.stats.steps += 1
             self.stats.busy_seconds += duration
             terms = self.profile.step_terms(prefill, decode, context)
-            scaled = (terms[0] * self.slowdown, terms[1] * self.slowdown, terms[2] * self.slowdown)
             sampled = sum(1 for out in outputs if out.new_token_ids)  # not a pooling answer
-            self.stats.waits.add_step(scaled, len(scheduled), sampled)
+            self.stats.waits.add_step(terms, len(scheduled), sampled, self.slowdown)
         return StepResult(outputs, prefill, decode, preempted, duration, self.clock)
 
     def _schedule_running(self, budget: int) -> tuple[list[tuple[EngineRequest, int]], int, int]:

@@ -113,14 +113,8 @@ class StepTimeProfile:
 
     def step_seconds(self, prefill_tokens: int, decode_seqs: int, context_tokens: int) -> float:
         """Modeled duration of one step; zero when nothing is scheduled."""
-        if prefill_tokens == 0 and decode_seqs == 0:
-            return 0.0
-        return (
-            self.fixed_s
-            + self.prefill_s_per_token * prefill_tokens
-            + self.decode_s_per_seq * decode_seqs
-            + self.kv_read_s_per_token * context_tokens
-        )
+        fixed, prefill, decode, context = self._terms(prefill_tokens, decode_seqs, context_tokens)
+        return fixed + prefill + decode + context
 
     def step_terms(
         self, prefill_tokens: int, decode_seqs: int, context_tokens: int
@@ -130,12 +124,21 @@ class StepTimeProfile:
         decoding sequence's GEMM share and the attention reads of every scheduled
         request's context).  A router moves the last two only: the prefill by what
         it leaves uncached, the batch by how evenly it spreads running requests."""
+        fixed, prefill, decode, context = self._terms(prefill_tokens, decode_seqs, context_tokens)
+        return fixed, prefill, decode + context
+
+    def _terms(
+        self, prefill_tokens: int, decode_seqs: int, context_tokens: int
+    ) -> tuple[float, float, float, float]:
+        """The four terms of the module docstring's step model; all zero for a step
+        that schedules nothing."""
         if prefill_tokens == 0 and decode_seqs == 0:
-            return 0.0, 0.0, 0.0
+            return 0.0, 0.0, 0.0, 0.0
         return (
             self.fixed_s,
             self.prefill_s_per_token * prefill_tokens,
-            self.decode_s_per_seq * decode_seqs + self.kv_read_s_per_token * context_tokens,
+            self.decode_s_per_seq * decode_seqs,
+            self.kv_read_s_per_token * context_tokens,
         )
 
 

@@ -64,14 +64,17 @@ class TokenWaits:
     batch_s: float = 0.0
     batch_tokens: int = 0
 
-    def add_step(self, terms: tuple[float, float, float], batch: int, tokens: int) -> None:
+    def add_step(
+        self, terms: tuple[float, float, float], batch: int, tokens: int, scale: float = 1.0
+    ) -> None:
         """One step of ``batch`` scheduled requests that sampled ``tokens``; ``terms``
-        is its ``step_terms``, already scaled as its duration was."""
+        is its ``step_terms``, and ``scale`` what its duration was scaled by (the
+        engine's slowdown)."""
         fixed, prefill, grows = terms
         self.tokens += tokens
-        self.fixed_s += tokens * fixed
-        self.prefill_s += tokens * prefill
-        self.batch_s += tokens * grows
+        self.fixed_s += tokens * fixed * scale
+        self.prefill_s += tokens * prefill * scale
+        self.batch_s += tokens * grows * scale
         self.batch_tokens += tokens * batch
 
     def merge(self, other: TokenWaits) -> None:
