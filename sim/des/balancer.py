@@ -255,12 +255,11 @@ class SimBalancer:
             first_at.append(self.loop.now)
             self.loop.call_later(one_way, self._first_token, ticket)
 
-        generation = Generation(
-            on_first=on_first,
-            on_done=lambda out, tokens: self.loop.call_later(
-                one_way, self._replica_done, ticket, name, out, tokens, first_at
-            ),
-        )
+        def on_done(out: RequestOutput, tokens: list[int]) -> None:
+            ticket.handle.journey.engine_started_at = generation.scheduled_at
+            self.loop.call_later(one_way, self._replica_done, ticket, name, out, tokens, first_at)
+
+        generation = Generation(on_first=on_first, on_done=on_done)
         self.loop.call_later(one_way, self._arrive_at_replica, ticket, name, generation)
 
     def _arrive_at_replica(

@@ -30,6 +30,9 @@ class Journey:
     forwarded: bool = False
     replica: str = ""
     served_region: str = ""
+    # When the engine that answered first scheduled it: where its prefix was looked
+    # up, for the oracle bound at the engines' own start times (sim.des.oracle).
+    engine_started_at: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

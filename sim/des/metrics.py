@@ -112,6 +112,9 @@ class Summary:
     hit_of_bound: float | None = None
     bound_reachable: float = 0.0
     hit_of_reachable: float | None = None
+    # The pooled bound with each lookup when an engine took the request (the run's waits).
+    bound_at_start: float = 0.0
+    hit_of_bound_at_start: float | None = None
     # The mean inter-token latency by the step model's terms (``token_waits``).
     waits: dict[str, float] = field(default_factory=dict)
 
@@ -172,6 +175,8 @@ def summarize(run: SimRun, label: str = "", ttft_slo_s: float = DEFAULT_TTFT_SLO
         hit_of_bound=share_of_bound(hit_rate, bounds.pooled),
         bound_reachable=bounds.reachable,
         hit_of_reachable=share_of_bound(hit_rate, bounds.reachable),
+        bound_at_start=bounds.pooled_at_start,
+        hit_of_bound_at_start=share_of_bound(hit_rate, bounds.pooled_at_start),
         waits=token_waits(run.waits, _while_sending(run, run.batches), run.replica_regions),
     )
 
@@ -259,6 +264,7 @@ def _bounds(run: SimRun, prompt_tokens: int) -> Bounds:
             r.prompt_keys,
             r.reply_keys,
             max_hit_blocks(r.prompt_tokens, engine.block_size),
+            r.journey.engine_started_at,
         )
         for r in served
     ]

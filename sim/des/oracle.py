@@ -17,6 +17,15 @@ block_size`` blocks: the last token is always recomputed for its logits):
   the moment it is sent.  LRU is not Belady-optimal, so a policy could in
   principle beat this bound by a little; in practice it is the ceiling, and
   ``hit / bound`` is how close a policy came to perfect placement.
+* ``pooled_at_start``: the same pooled LRU, each request looking its prefix up
+  when an engine first scheduled it, as the engine does, instead of when it was
+  sent.  Under load a request waits (in a queue, at a replica) while others run,
+  and the blocks its previous turn left may be evicted in the meantime: no
+  placement keeps every waiting conversation's blocks when they outgrow the
+  fleet's memory.  It holds the run's own waits fixed, so it is not a bound over
+  every schedule (``pooled`` is); ``pooled - pooled_at_start`` is what waiting
+  cost the cache, and ``hit / pooled_at_start`` is how close placement came
+  given the waits the run had.
 * ``reachable``: the same LRU, one per balancer: the replicas a balancer owns
   pooled as its cache, fed only the requests its clients send it.  What the
   deployment's balancers can reach without forwarding: with one balancer owning
@@ -51,6 +60,12 @@ class CacheUse:
     prompt_keys: tuple[int, ...]  # the prompt's full blocks, chained
     reply_keys: tuple[int, ...]  # blocks completed by the reply, continuing the chain
     max_hit_blocks: int  # the engine's cap: (prompt_tokens - 1) // block_size
+    started_at: float | None = None  # when an engine first scheduled it (None: unknown)
+
+    @property
+    def looked_up_at(self) -> float:
+        """When the engine looked its prefix up (its send time when unknown)."""
+        return self.sent_at if self.started_at is None else self.started_at
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +75,7 @@ class Bounds:
     infinite: float
     pooled: float
     reachable: float
+    pooled_at_start: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,9 +91,12 @@ def max_hit_blocks(prompt_tokens: int, block_size: int) -> int:
     return max(prompt_tokens - 1, 0) // block_size
 
 
-def _timeline(uses: Sequence[CacheUse]) -> list[tuple[float, int, int]]:
-    """(time, kind, index) in the order the oracle applies them."""
-    events = [(use.sent_at, LOOKUP, i) for i, use in enumerate(uses)]
+def _timeline(uses: Sequence[CacheUse], at_start: bool) -> list[tuple[float, int, int]]:
+    """(time, kind, index) in the order the oracle applies them: each lookup when the
+    request was sent, or with ``at_start`` when an engine first scheduled it."""
+    events = [
+        (use.looked_up_at if at_start else use.sent_at, LOOKUP, i) for i, use in enumerate(uses)
+    ]
     events += [(use.done_at, FILL, i) for i, use in enumerate(uses) if use.done_at is not None]
     events.sort()
     return events
@@ -124,12 +143,14 @@ class _LruCache:
             held.popitem(last=False)
 
 
-def prefix_hit_blocks(uses: Sequence[CacheUse], capacity_blocks: int | None) -> int:
+def prefix_hit_blocks(
+    uses: Sequence[CacheUse], capacity_blocks: int | None, *, at_start: bool = False
+) -> int:
     """Blocks the requests would hit in one cache of ``capacity_blocks`` (None:
-    infinite), replayed in send order."""
+    infinite), replayed in send order (``at_start``: in the engines' start order)."""
     cache = _InfiniteCache() if capacity_blocks is None else _LruCache(capacity_blocks)
     hits = 0
-    for _, kind, index in _timeline(uses):
+    for _, kind, index in _timeline(uses, at_start):
         use = uses[index]
         if kind == FILL:
             cache.touch((*use.prompt_keys, *use.reply_keys))
@@ -152,7 +173,7 @@ def hit_rate_bounds(
     ``balancers`` splits ``uses`` by the balancer that owns each; none given means
     one balancer owning the whole fleet (``reachable`` is then ``pooled``)."""
     if prompt_tokens <= 0:
-        return Bounds(0.0, 0.0, 0.0)
+        return Bounds(0.0, 0.0, 0.0, 0.0)
     pooled_blocks = prefix_hit_blocks(uses, capacity_blocks)
     reachable_blocks = (
         sum(prefix_hit_blocks(pool.uses, pool.capacity_blocks) for pool in balancers)
@@ -163,6 +184,7 @@ def hit_rate_bounds(
         prefix_hit_blocks(uses, None) * block_size / prompt_tokens,
         pooled_blocks * block_size / prompt_tokens,
         reachable_blocks * block_size / prompt_tokens,
+        prefix_hit_blocks(uses, capacity_blocks, at_start=True) * block_size / prompt_tokens,
     )
 
 

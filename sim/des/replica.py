@@ -32,6 +32,8 @@ class Generation:
     on_first: Callable[[], None]
     on_done: Callable[[RequestOutput, list[int]], None]
     tokens: list[int] = field(default_factory=list)
+    # When the engine first scheduled it, in virtual seconds: its prefix lookup.
+    scheduled_at: float | None = None
 
 
 class SimReplica:
@@ -82,6 +84,9 @@ class SimReplica:
     def _step(self) -> None:
         result = self.engine.step()
         self.steps += 1
+        for request_id in result.first_scheduled:
+            # The step's batch was formed now, before its modeled duration passes.
+            self._live[request_id].scheduled_at = self.loop.now
         # Tokens exist only once the forward pass is over: deliver after the step.
         self.loop.call_later(result.duration_s * self.time_scale, self._deliver, result)
 

@@ -44,6 +44,8 @@ COLUMNS = (
     ("hit %", 6),
     ("hit/bound", 9),
     ("bound %", 8),
+    ("hit/start", 9),
+    ("start %", 8),
     ("hit/reach", 9),
     ("reach %", 8),
     ("inf %", 6),
@@ -85,6 +87,8 @@ def table_rows(summaries: Sequence[Summary]) -> list[list[str]]:
                 f"{100 * s.hit_rate:.1f}",
                 _share(s.hit_of_bound),
                 f"{100 * s.bound_hit_rate:.1f}",
+                _share(s.hit_of_bound_at_start),
+                f"{100 * s.bound_at_start:.1f}",
                 _share(s.hit_of_reachable),
                 f"{100 * s.bound_reachable:.1f}",
                 f"{100 * s.bound_infinite:.1f}",
@@ -178,7 +182,9 @@ LEGEND = (
     "over the window clients sent in (the drain after it is left out); SLO % and goodput count "
     "every rejection (rej: 400) and drop (timeouts, 5xx, unfinished) as a miss; percentiles "
     "are over successes. hit/bound: hit rate over the fleet's KV pooled as one LRU cache "
-    "(bound %); hit/reach: over what this deployment's balancers reach without forwarding, "
+    "(bound %); hit/start: over the same cache with each request looking up when an engine "
+    "took it, not when it was sent (start %: what the run's waits left to placement); "
+    "hit/reach: over what this deployment's balancers reach without forwarding, "
     "each balancer's replicas pooled for its own clients (reach %); inf %: one infinite cache."
 )
 
@@ -197,6 +203,7 @@ def _figures(summaries: Sequence[Summary]) -> list[go.Figure]:
     for name, attr in (
         ("hit rate", "hit_rate"),
         ("bound: pooled LRU", "bound_hit_rate"),
+        ("pooled LRU at the engines' start times", "bound_at_start"),
         ("reachable: each balancer's replicas pooled", "bound_reachable"),
         ("one infinite cache", "bound_infinite"),
     ):

@@ -126,6 +126,9 @@ class StepResult:
     num_preempted: int
     duration_s: float
     clock: float
+    # Requests this step scheduled for the first time (vLLM's ``scheduled_new_reqs``):
+    # when each looked its prefix up, which is when its ``cached_tokens`` were decided.
+    first_scheduled: tuple[str, ...] = ()
 
 
 class Engine:
@@ -150,6 +153,7 @@ class Engine:
         self.stats = EngineStats()
         self.clock = 0.0
         self.slowdown = 1.0
+        self._first_scheduled: list[str] = []
 
     # -- state -------------------------------------------------------------
     @property
@@ -224,6 +228,7 @@ class Engine:
     def step(self) -> StepResult:
         """Schedule one batch, advance the clock by its modeled time, emit tokens."""
         budget = self.config.max_num_batched_tokens
+        self._first_scheduled = []
         scheduled, budget, preempted = self._schedule_running(budget)
         if not preempted:
             scheduled += self._schedule_waiting(budget)
@@ -237,7 +242,9 @@ class Engine:
             terms = self.profile.step_terms(prefill, decode, context)
             sampled = sum(1 for out in outputs if out.new_token_ids)  # not a pooling answer
             self.stats.waits.add_step(terms, len(scheduled), sampled, self.slowdown)
-        return StepResult(outputs, prefill, decode, preempted, duration, self.clock)
+        return StepResult(
+            outputs, prefill, decode, preempted, duration, self.clock, tuple(self._first_scheduled)
+        )
 
     def _schedule_running(self, budget: int) -> tuple[list[tuple[EngineRequest, int]], int, int]:
         scheduled: list[tuple[EngineRequest, int]] = []
@@ -306,6 +313,7 @@ class Engine:
         # preemption is not a new query (vLLM reports cached tokens the same way).
         if request.num_cached_tokens < 0:
             request.num_cached_tokens = num_cached
+            self._first_scheduled.append(request.request_id)
             self.stats.prefix_cache_queries += request.num_tokens
             self.stats.prefix_cache_hits += num_cached
 

@@ -19,9 +19,10 @@ def use(
     done: float | None = None,
     reply: tuple[int, ...] = (),
     cap: int | None = None,
+    started: float | None = None,
 ) -> CacheUse:
     limit = len(keys) if cap is None else cap
-    return CacheUse(at, done, keys, reply, limit)
+    return CacheUse(at, done, keys, reply, limit, started)
 
 
 def test_the_engines_cap_recomputes_the_last_token() -> None:
@@ -99,3 +100,24 @@ def test_the_reachable_bound_keeps_each_balancers_reuse_to_itself() -> None:
     assert bounds.reachable == 2 * 16 / 128  # only east's own repeat
     one = hit_rate_bounds(everything, 128, block_size=16, capacity_blocks=8)
     assert one.reachable == one.pooled  # one balancer owning the fleet
+
+
+def test_at_start_a_waiting_turn_finds_what_others_evicted_while_it_waited() -> None:
+    uses = [
+        use(0.0, (1, 2), done=1.0, reply=(3,)),
+        # The next turn is sent as the first ends, but an engine takes it at 5 s.
+        use(1.0, (1, 2, 3, 4), started=5.0),
+        # Meanwhile another request runs: capacity 4 keeps only the first turn's head.
+        use(2.0, (10, 11, 12), done=3.0, started=2.0),
+    ]
+    assert prefix_hit_blocks(uses, 4) == 3  # looked up when sent: 1, 2, 3
+    assert prefix_hit_blocks(uses, 4, at_start=True) == 1  # when scheduled: 1, then 2 is gone
+    assert prefix_hit_blocks(uses, None, at_start=True) == 3  # nothing evicts infinity
+    bounds = hit_rate_bounds(uses, 160, block_size=16, capacity_blocks=4)
+    assert (bounds.pooled, bounds.pooled_at_start) == (3 * 16 / 160, 1 * 16 / 160)
+
+
+def test_an_unknown_start_is_looked_up_when_sent() -> None:
+    uses = [use(0.0, (1, 2), done=1.0), use(1.0, (1, 2, 3)), use(2.0, (5, 6, 7))]
+    assert uses[1].looked_up_at == 1.0
+    assert prefix_hit_blocks(uses, 4, at_start=True) == prefix_hit_blocks(uses, 4) == 2

@@ -44,6 +44,7 @@ def test_the_table_has_one_row_per_run_ranked_by_goodput(
         "TTFT p50",
         "hit %",
         "hit/bound",
+        "hit/start",
         "hit/reach",
         "fwd %",
     ):

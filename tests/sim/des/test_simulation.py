@@ -88,6 +88,21 @@ def test_later_turns_hit_the_prefix_cache(make_config: Callable[..., SimConfig])
     assert summary.hit_rate > 0.3
 
 
+def test_each_answer_records_when_an_engine_took_it(
+    make_config: Callable[..., SimConfig],
+) -> None:
+    run = simulate(make_config(policy="skylb", max_requests=40))
+    served = [r for r in run.records if r.ok]
+    assert served
+    for record in served:
+        started = record.journey.engine_started_at
+        assert started is not None and record.first_at is not None
+        assert record.sent_at <= started <= record.first_at
+    summary = summarize(run)
+    assert 0.0 < summary.bound_at_start <= summary.bound_infinite
+    assert summary.hit_of_bound_at_start == summary.hit_rate / summary.bound_at_start
+
+
 @pytest.mark.parametrize("policy", policy_names())
 def test_every_registry_policy_serves_a_small_workload(
     policy: str, make_config: Callable[..., SimConfig]

@@ -81,6 +81,23 @@ def test_preemption_by_recompute_and_the_victim_still_completes(
     assert tokens_by_request(alone)["b"] == tokens["b"]
 
 
+def test_a_step_names_the_requests_it_schedules_for_the_first_time(
+    make_engine: Callable[..., Engine],
+) -> None:
+    # Two fit in the batch, the third waits; a preempted request resumes, not starts.
+    engine = make_engine(max_num_seqs=2, num_blocks=10)
+    for name in "abc":
+        engine.add_request(request(name, fresh_prompt(48), 60, ignore_eos=True))
+    firsts: list[str] = []
+    preempted = 0
+    while engine.has_work():
+        result = engine.step()
+        firsts += result.first_scheduled
+        preempted += result.num_preempted
+    assert preempted >= 1  # some request was scheduled again after losing its blocks
+    assert sorted(firsts) == ["a", "b", "c"]  # each named once, on its prefix lookup
+
+
 def test_abort_during_prefill_frees_blocks_and_counts_an_abort(
     make_engine: Callable[..., Engine],
 ) -> None:
