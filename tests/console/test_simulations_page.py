@@ -26,8 +26,9 @@ def test_the_last_simulations_are_listed_with_their_numbers_and_reports(
     html = staff.get("/console/simulations").content.decode()
     assert html.count('class="card simulation"') == 1
     assert "<td>least_load</td>" in html and "<td>skylb</td>" in html
-    # Both bounds, side by side: the pooled fleet and what the deployment reaches alone.
-    assert "<th>hit / bound</th><th>hit / reach</th>" in html
+    # The bounds side by side: the pooled fleet, the same at the engines' start times,
+    # and what the deployment reaches alone.
+    assert "<th>hit / bound</th><th>hit / start</th><th>hit / reach</th>" in html
     # What the engines' tokens waited for, and had the batches been even.
     assert "<th>itl</th><th>even itl</th>" in html
     assert html.count(" ms</td><td>") >= 2  # both runs sampled tokens
@@ -50,11 +51,14 @@ def test_a_report_saved_before_token_waits_shows_dashes(staff: Client, var_dir: 
     (sidecar,) = (var_dir / "simulations").glob("*.json")
     saved = json.loads(sidecar.read_text())
     for summary in saved["summaries"]:
-        del summary["waits"]  # as written before the field existed
+        del summary["waits"]  # as written before these fields existed
+        del summary["hit_of_bound_at_start"]
+        summary["hit_of_bound"] = 0.5
     sidecar.write_text(json.dumps(saved))
     html = staff.get("/console/simulations").content.decode()
     assert "<td>least_load</td>" in html
     assert "<td>-</td><td>-</td></tr>" in html
+    assert "<td>0.50</td><td>-</td>" in html  # hit / bound, and no hit / start
 
 
 @pytest.mark.django_db
