@@ -233,13 +233,13 @@ class Engine:
         if not preempted:
             scheduled += self._schedule_waiting(budget)
         prefill, decode, context = self._execute(scheduled)
-        duration = self.profile.step_seconds(prefill, decode, context) * self.slowdown
+        seconds, terms = self.profile.step(prefill, decode, context)
+        duration = seconds * self.slowdown
         self.clock += duration
         outputs = [out for req, _ in scheduled if (out := self._sample(req)) is not None]
         if scheduled:
             self.stats.steps += 1
             self.stats.busy_seconds += duration
-            terms = self.profile.step_terms(prefill, decode, context)
             sampled = sum(1 for out in outputs if out.new_token_ids)  # not a pooling answer
             self.stats.waits.add_step(terms, len(scheduled), sampled, self.slowdown)
         return StepResult(

@@ -113,8 +113,15 @@ class StepTimeProfile:
 
     def step_seconds(self, prefill_tokens: int, decode_seqs: int, context_tokens: int) -> float:
         """Modeled duration of one step; zero when nothing is scheduled."""
+        return self.step(prefill_tokens, decode_seqs, context_tokens)[0]
+
+    def step(
+        self, prefill_tokens: int, decode_seqs: int, context_tokens: int
+    ) -> tuple[float, tuple[float, float, float]]:
+        """``step_seconds`` and ``step_terms`` from one evaluation of the model, for
+        the engine, which needs both for every step it runs."""
         fixed, prefill, decode, context = self._terms(prefill_tokens, decode_seqs, context_tokens)
-        return fixed + prefill + decode + context
+        return fixed + prefill + decode + context, (fixed, prefill, decode + context)
 
     def step_terms(
         self, prefill_tokens: int, decode_seqs: int, context_tokens: int
@@ -124,8 +131,7 @@ class StepTimeProfile:
         decoding sequence's GEMM share and the attention reads of every scheduled
         request's context).  A router moves the last two only: the prefill by what
         it leaves uncached, the batch by how evenly it spreads running requests."""
-        fixed, prefill, decode, context = self._terms(prefill_tokens, decode_seqs, context_tokens)
-        return fixed, prefill, decode + context
+        return self.step(prefill_tokens, decode_seqs, context_tokens)[1]
 
     def _terms(
         self, prefill_tokens: int, decode_seqs: int, context_tokens: int

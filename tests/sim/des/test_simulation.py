@@ -98,6 +98,8 @@ def test_each_answer_records_when_an_engine_took_it(
         started = record.journey.engine_started_at
         assert started is not None and record.first_at is not None
         assert record.sent_at <= started <= record.first_at
+        # Not the first token's time: that reaches the client one way after the step.
+        assert started < record.first_at
     summary = summarize(run)
     assert 0.0 < summary.bound_at_start <= summary.bound_infinite
     assert summary.hit_of_bound_at_start == summary.hit_rate / summary.bound_at_start
