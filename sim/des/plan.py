@@ -25,6 +25,7 @@ from sim.des.config import (
 from sim.des.metrics import DEFAULT_TTFT_SLO_S, Summary, summarize
 from sim.des.world import SimRun, SliceHook, simulate
 from sim.engine import EngineConfig
+from sim.engine.schedule_policy import SchedulePolicy
 
 PUSHING_CHOICES = ("auto", "sp-p", "sp-o", "blind", "tokens")
 DEFAULT_PROFILE = "l4-llama3.1-8b"
@@ -104,13 +105,14 @@ def base_config(options: Mapping[str, Any]) -> SimConfig:
 
 def engine_config(options: Mapping[str, Any]) -> EngineConfig:
     """The replicas' engine: ``--profile``'s shape, with ``--kv-tokens``/``--kv-blocks``
-    and ``--max-model-len`` overriding it."""
+    and ``--max-model-len`` overriding it, scheduling as ``--schedule-policy`` says."""
     try:
         return EngineConfig.for_profile(
             options.get("profile") or DEFAULT_PROFILE,
             kv_tokens=options.get("kv_tokens"),
             kv_blocks=options.get("kv_blocks"),
             max_model_len=options.get("max_model_len"),
+            schedule_policy=SchedulePolicy(options.get("schedule_policy") or SchedulePolicy.FCFS),
         )
     except ValueError as exc:
         raise SimConfigError(str(exc)) from None
@@ -120,7 +122,8 @@ def engine_overridden(options: Mapping[str, Any]) -> bool:
     """Whether the options name an engine other than the default one."""
     keys = ("kv_tokens", "kv_blocks", "max_model_len")
     named = options.get("profile") not in (None, DEFAULT_PROFILE)
-    return named or any(options.get(key) is not None for key in keys)
+    reordered = options.get("schedule_policy") not in (None, SchedulePolicy.FCFS)
+    return named or reordered or any(options.get(key) is not None for key in keys)
 
 
 def with_engine(plan: RunPlan, engine: EngineConfig) -> RunPlan:
@@ -131,7 +134,10 @@ def with_engine(plan: RunPlan, engine: EngineConfig) -> RunPlan:
 
 def describe_engine(engine: EngineConfig) -> str:
     kv = engine.num_blocks * engine.block_size
-    return f"{engine.profile}, KV {kv:,} tokens, context {engine.max_model_len:,}"
+    shape = f"{engine.profile}, KV {kv:,} tokens, context {engine.max_model_len:,}"
+    if engine.schedule_policy is SchedulePolicy.LPM:
+        return f"{shape}, longest prefix first"
+    return shape
 
 
 def build_plan(options: Mapping[str, Any]) -> RunPlan:

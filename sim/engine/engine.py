@@ -5,7 +5,9 @@ advancing the engine's modeled clock by the profile's step time, and returns
 what happened; an async driver sleeps that long (times a time scale) and a
 discrete-event simulator just jumps its clock.
 
-Scheduling follows vLLM V1's ``Scheduler.schedule`` with the FCFS policy:
+Scheduling follows vLLM V1's ``Scheduler.schedule`` with the FCFS policy
+(``schedule_policy="lpm"`` orders the waiting queue as SGLang's default does
+instead: ``sim.engine.schedule_policy``):
 
 1. Running requests first, in admission order.  Each gets the tokens it still
    needs (one to decode, or the rest of its prompt), capped by the remaining
@@ -41,6 +43,7 @@ from sim.engine.block_pool import BlockPool
 from sim.engine.events import KVEventBuffer
 from sim.engine.profiles import get_profile
 from sim.engine.request import EngineRequest, FinishReason, OutputLengthModel, RequestStatus
+from sim.engine.schedule_policy import SchedulePolicy, longest_prefix_first, shared_prefix_block
 from sim.engine.stats import EngineStats
 from sim.engine.vocab import Vocabulary
 
@@ -63,6 +66,8 @@ class EngineConfig:
     seed: int = 0
     output_lengths: OutputLengthModel = field(default_factory=OutputLengthModel)
     event_buffer_size: int = 10_000
+    # The order of the waiting queue: vLLM's FCFS, or SGLang's longest prefix match.
+    schedule_policy: SchedulePolicy = SchedulePolicy.FCFS
 
     @property
     def hash_spec(self) -> VllmHashSpec:
@@ -269,6 +274,8 @@ class Engine:
         scheduled: list[tuple[EngineRequest, int]] = []
         skipped: list[EngineRequest] = []
         loras = {r.lora_name for r in self.running if r.lora_name}
+        if self.config.schedule_policy is SchedulePolicy.LPM and len(self.waiting) > 1:
+            self._order_by_longest_prefix()
         while self.waiting and budget > 0 and len(self.running) < self.config.max_num_seqs:
             request = self.waiting[0]
             if self._exceeds_max_loras(request, loras):
@@ -297,6 +304,21 @@ class Engine:
                 loras.add(request.lora_name)
         self.waiting.extendleft(reversed(skipped))
         return scheduled
+
+    def _order_by_longest_prefix(self) -> None:
+        """SGLang's ``lpm``: the waiting request with the most cached prompt first,
+        looked up again before every batch (the cache changed since)."""
+        size = self.config.block_size
+        leading = shared_prefix_block(size)
+
+        def cached_tokens(request: EngineRequest) -> int:
+            return len(self._lookup_prefix(request)) * size
+
+        def leading_key(request: EngineRequest) -> int | None:
+            hashes = request.block_hashes
+            return hashes[leading] if len(hashes) > leading else None
+
+        self.waiting = deque(longest_prefix_first(self.waiting, cached_tokens, leading_key))
 
     def _exceeds_max_loras(self, request: EngineRequest, loras: set[str]) -> bool:
         name = request.lora_name

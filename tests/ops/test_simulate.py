@@ -80,6 +80,26 @@ def test_an_experiment_runs_in_another_engine_regime(tmp_path: Path) -> None:
     assert plan.title.endswith("[l4-llama3.1-8b-small-kv, KV 8,192 tokens, context 8,192]")
 
 
+def test_the_engines_may_schedule_as_sglang_does(tmp_path: Path) -> None:
+    from sim.engine.schedule_policy import SchedulePolicy
+
+    options = {"experiment": "fig9", "duration": 5.0, "seed": 1, "param": [],
+               "profile": None, "kv_tokens": None, "kv_blocks": None,
+               "max_model_len": None, "schedule_policy": "lpm"}  # fmt: skip
+    plan = Command().plan(options)
+    assert all(config.engine.schedule_policy is SchedulePolicy.LPM for _, config in plan.runs)
+    assert plan.title.endswith("context 8,192, longest prefix first]")
+    # A workload run too, with the flag as typed (the default is vLLM's order).
+    text = simulate(*SMALL, "--policies", "ll", "--schedule-policy", "lpm",
+                    "--report", str(tmp_path / "r.html"))  # fmt: skip
+    title = json.loads((tmp_path / "r.json").read_text())["title"]
+    assert title.endswith("longest prefix first]") and "report:" in text
+    default = Command().plan({**options, "schedule_policy": "fcfs"})
+    assert "longest prefix" not in default.title
+    with pytest.raises(CommandError, match="schedule-policy"):
+        simulate(*SMALL, "--schedule-policy", "sjf")
+
+
 def test_reports_go_under_var_dir_by_default(tmp_path: Path, settings: Any) -> None:
     settings.VAR_DIR = tmp_path
     text = simulate(*SMALL, "--policies", "ll")

@@ -43,6 +43,7 @@ from sim.des.plan import (
 from sim.des.report import format_table, save_report
 from sim.des.world import SimRun, SliceHook
 from sim.engine import PROFILES
+from sim.engine.schedule_policy import SchedulePolicy
 from sim.workloads import TraceFormatError, WorkloadSpecError
 
 
@@ -82,6 +83,12 @@ class Command(BaseCommand):
         parser.add_argument("--kv-tokens", type=int, help="KV cache per replica, in tokens")
         parser.add_argument("--kv-blocks", type=int, help="KV cache per replica, in blocks")
         parser.add_argument("--max-model-len", type=int, help="context limit per request")
+        parser.add_argument(
+            "--schedule-policy",
+            default=SchedulePolicy.FCFS.value,
+            choices=[policy.value for policy in SchedulePolicy],
+            help="the engines' waiting order: fcfs (vLLM) or lpm (SGLang's longest prefix match)",
+        )
         parser.add_argument("--time-scale", type=float, default=1.0)
         parser.add_argument("--speed", type=float, default=1.0, help="trace timestamps / speed")
         parser.add_argument(
@@ -178,5 +185,6 @@ def _param(raw: str) -> tuple[str, Any]:
 _SHOWN = (
     "workload", "experiment", "policies", "pushing", "deployment", "replicas", "clients",
     "rate", "ramp", "duration", "requests", "seed", "profile", "kv_tokens", "kv_blocks",
-    "max_model_len", "time_scale", "max_outstanding", "param", "ttft_slo", "length_predictor",
+    "max_model_len", "schedule_policy", "time_scale", "max_outstanding", "param", "ttft_slo",
+    "length_predictor",
 )  # fmt: skip
