@@ -13,6 +13,9 @@ from dataclasses import dataclass, field
 
 from core.types import RTT_KEY, TargetState
 
+# The engines' waiting orders the cost model knows (``MeridianConfig.engine_queue``).
+ENGINE_QUEUES = ("fcfs", "lpm")
+
 
 @dataclass(frozen=True, slots=True)
 class MeridianConfig:
@@ -31,6 +34,10 @@ class MeridianConfig:
     # 0: what the engine prefills in ``wait_limit_s`` at ``prefill_s_per_token``
     # (``admission_limit``; 472 tokens at these defaults).
     admission_tokens: int = 0
+    # How the engines order their waiting requests: "fcfs" (vLLM) or "lpm" (SGLang's
+    # longest prefix match).  Under "lpm" a held-back replica admits the requests
+    # whose prefix it caches: its engine serves them ahead of colder ones.
+    engine_queue: str = "fcfs"
     # PreServe look-ahead: KV capacity and how many decode tokens ahead to count.
     kv_capacity_tokens: int = 32_768
     lookahead_tokens: int = 256
@@ -92,6 +99,8 @@ class MeridianConfig:
             raise ValueError("admission_tokens must be >= 0 (0: derived from wait_limit_s)")
         if not 0.0 < self.ewma_alpha <= 1.0:
             raise ValueError("ewma_alpha must be within (0, 1]")
+        if self.engine_queue not in ENGINE_QUEUES:
+            raise ValueError(f"engine_queue must be one of {', '.join(ENGINE_QUEUES)}")
         if not 0.0 < self.max_copy_share <= 1.0:
             raise ValueError("max_copy_share must be within (0, 1]")
 

@@ -290,8 +290,9 @@ def engine_defaults(policy: str, engine: EngineConfig) -> dict[str, Any]:
     The production balancer is given these as ``policy_params`` for its engines'
     card; here the simulated engines' profile and shape say them: prefill and
     step rates, one decode step of a typical batch, the KV capacity (which also
-    bounds the per-replica prefix tree); the admission limit follows from the
-    prefill rate (``MeridianConfig.admission_limit``).  Only a policy that prices engine time (its
+    bounds the per-replica prefix tree), the order the engines serve their queues
+    in (``--schedule-policy``); the admission limit follows from the prefill rate
+    (``MeridianConfig.admission_limit``).  Only a policy that prices engine time (its
     config has ``prefill_s_per_token``) is given them, so the baselines'
     settings (SGLang's tree bound) stay their own; a profile with no GPU time
     (``zero``) keeps the policy's own defaults.
@@ -307,5 +308,6 @@ def engine_defaults(policy: str, engine: EngineConfig) -> dict[str, Any]:
         "seq_s": shape.decode_s_per_seq + shape.kv_read_s_per_token * TYPICAL_CONTEXT_TOKENS,
         "kv_capacity_tokens": engine.num_blocks * engine.block_size,
         "max_blocks_per_target": engine.num_blocks,
+        "engine_queue": engine.schedule_policy.value,
     }
     return {key: value for key, value in values.items() if key in known}

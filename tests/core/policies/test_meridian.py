@@ -191,6 +191,42 @@ def test_the_admission_limit_is_queued_prefill_tokens() -> None:
     assert (policy.replicas["a"].decoding, policy.replicas["a"].kv_tokens) == (0, 0)
 
 
+def test_a_longest_prefix_first_engine_admits_what_it_caches_past_the_limit() -> None:
+    # Behind SGLang's scheduler: the holder decodes a 2,400-token conversation and has
+    # 1,200 tokens of prefill queued, past the 1,000-token limit.  Its engine serves
+    # the next turn (2,400 tokens cached) ahead of colder waiting requests as soon as
+    # it has room, so it admits it; held here, the turn would go in arrival order.
+    config = MeridianConfig(admission_tokens=1000, engine_queue="lpm")
+    holder, cold = target("holder"), target("cold")
+    system = prefix(1, 150)  # 2,400 tokens
+
+    def busy_holder(policy: MeridianPolicy) -> None:
+        first = request(system)
+        policy.select(first, [holder])
+        policy.observe_first_token(first, "holder", on_profile(2400))
+        policy.select(sized(1200, "backlog"), [holder])
+
+    policy = MeridianPolicy(config)
+    busy_holder(policy)
+    assert not policy.admits(holder)
+    turn = request(prefix(2, 2, system))
+    choice = policy.choose(turn, [cold], [holder], [])
+    assert choice.option is Option.REPLICA and choice.target is holder
+    # First come, first served engines (vLLM's, the default): the turn waits here.
+    fcfs = MeridianPolicy(replace(config, engine_queue="fcfs"))
+    busy_holder(fcfs)
+    assert fcfs.choose(turn, [cold], [holder], []).option is Option.WAIT
+    # A prompt the holder caches no more than affinity_tokens of is held as before:
+    # the engine would put it behind the warmer ones anyway, and here it may still
+    # go to whichever replica frees first.
+    short = request(prefix(3, 40, prefix(1, 16)))  # 256 tokens cached of 896
+    assert policy.choose(short, [], [holder], []).option is Option.WAIT
+    with pytest.raises(ValueError, match="engine_queue must be one of fcfs, lpm"):
+        MeridianConfig(engine_queue="sjf")
+    with pytest.raises(Exception, match="engine_queue"):
+        build_policy("meridian", {"engine_queue": 1})
+
+
 def test_waiting_for_the_held_back_holder_beats_a_cold_replica() -> None:
     # Prices alone (no prefix affinity: see the affinity test below).
     policy = MeridianPolicy(MeridianConfig(admission_tokens=1000, affinity_tokens=1 << 20))

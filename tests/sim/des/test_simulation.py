@@ -13,6 +13,7 @@ from sim.des.config import SimConfig, SimConfigError
 from sim.des.metrics import summarize
 from sim.des.world import SimRun, World, engine_defaults, simulate
 from sim.engine import EngineConfig
+from sim.engine.schedule_policy import SchedulePolicy
 
 
 def fingerprint(run: SimRun) -> list[tuple[object, ...]]:
@@ -183,6 +184,10 @@ def test_the_cost_model_starts_from_the_simulated_engines_profile() -> None:
     # One more running sequence: its GEMM share plus attention reads of 1,024 tokens.
     assert params["seq_s"] == pytest.approx(0.3e-3 + 1024 * 0.44e-6)
     assert h100["seq_s"] == pytest.approx(0.05e-3 + 1024 * 0.04e-6)
+    # The order the engines serve their queues in: vLLM's, unless they run SGLang's.
+    assert params["engine_queue"] == "fcfs"
+    lpm = dataclasses.replace(small_kv, schedule_policy=SchedulePolicy.LPM)
+    assert engine_defaults("meridian", lpm)["engine_queue"] == "lpm"
     # A policy without these knobs gets none; a profile with no GPU time says nothing.
     assert engine_defaults("sglang", small_kv) == {}
     assert engine_defaults("meridian", EngineConfig.for_profile("zero")) == {}
