@@ -25,10 +25,14 @@ not copied):
   request goes to the back, so one of them computes the shared prefix and the
   rest find it cached rather than all computing it side by side.
 
+A request preempted by recompute is ranked with the rest (SGLang puts a
+retracted request back in its waiting queue; vLLM puts it at the front).
+
 Blocks, not tokens: the emulated cache holds whole blocks, so a match is a
 number of blocks times the block size, and "shares the first 32 tokens" is
-"has the same block hash at the block that ends past token 32" (block hashes
-chain, so equal hashes there mean equal leading tokens).
+"has the same hash for the block holding token 32" (block hashes chain, so
+equal hashes there mean equal leading tokens; with blocks over 32 tokens, the
+whole first block must match).
 
 Pure: the engine passes what its cache says of each request.
 """
