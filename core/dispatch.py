@@ -14,7 +14,9 @@ a copy of it.
 Events and the decisions they return:
 
 * ``arrive``: a request came in.  FCFS: a newcomer is placed at once only when
-  its model's queue is empty (it may not overtake requests already waiting);
+  its model's queue is empty (it may not overtake requests already waiting), or
+  when the engines would serve it ahead of them anyway (they order their queues
+  by cached prefix and one caches enough of it: ``CostModel.served_ahead``);
   otherwise, or when nothing is available, it waits (``Wait``) if something
   healthy could take it later (``worth_waiting``), else it is refused (503 no
   healthy replica), and a full queue refuses it (429 queue full).
@@ -42,9 +44,11 @@ Events and the decisions they return:
   available (``nothing_available``); a request whose client is gone is
   skipped.  For a cost-model policy, once the oldest request has waited past
   its admission patience (``CostModel.waives_admission``), the whole queue is
-  offered: a held-back replica takes what waited that long.  For queues left
-  non-empty, the SP-P replicas held back only by an old probe are named for an
-  early re-probe.
+  offered: a held-back replica takes what waited that long.  Behind engines
+  that order their queues by cached prefix the whole queue is offered too,
+  and while nothing is available only what they would serve ahead is priced.
+  For queues left non-empty, the SP-P replicas held back only by an old probe
+  are named for an early re-probe.
 * ``expire``: the timer the driver armed fired; requests past their deadline
   are refused (503 queue timeout).  ``timer`` says when to arm it: only when
   the earliest deadline is earlier than the one already armed.
@@ -81,6 +85,7 @@ from core.pending_queue import (
     QueueFullError,
     RegionalQueues,
 )
+from core.policy import CostModel
 from core.remote import Placement, RemoteRouter, nothing_available, place, worth_waiting
 from core.router import LocalRouter
 from core.types import RequestDescriptor
@@ -205,9 +210,11 @@ class DispatchCore(Generic[P]):
 
     def arrive(self, ticket: Ticket[P], now: float) -> Decision[P]:
         ticket.request = self.forecast.predict(ticket.request)
-        # FCFS: a newcomer may not overtake requests already waiting (a retry may).
-        if not self.queues.for_model(ticket.request.model):
-            placement = self._place(ticket)
+        # FCFS: a newcomer may not overtake requests already waiting (a retry may),
+        # unless the engines would serve it ahead of them anyway.
+        queued = len(self.queues.for_model(ticket.request.model))
+        if not queued or self._served_ahead(ticket.request):
+            placement = self._place(ticket, queued_ahead=queued)
             if placement is not None:
                 return self._send(ticket, placement, now)
         return self._wait(ticket, now, front=False)
@@ -278,18 +285,29 @@ class DispatchCore(Generic[P]):
     def _place_if_due(
         place: Callable[[QueuedRequest[Ticket[P]]], Placement | None],
         exhausted: Callable[[], bool],
-        waives: Callable[[float], bool],
-        now: float,
+        due: Callable[[QueuedRequest[Ticket[P]]], bool],
         entry: QueuedRequest[Ticket[P]],
     ) -> Placement | None:
-        """``place`` for an overdue entry, and for any other only while something is
-        available, as a drain with nothing overdue treats every entry: with nothing
+        """``place`` for a due entry, and for any other only while something is
+        available, as a drain with nothing due treats every entry: with nothing
         available, asking the policy about a request not yet due would decide the
         whole queue again at every drain (docs/results.md, *An overdue queue asks only
         about what is due*)."""
-        if not waives(entry.waited(now)) and exhausted():
+        if not due(entry) and exhausted():
             return None
         return place(entry)
+
+    @staticmethod
+    def _due(cost_model: CostModel, now: float, entry: QueuedRequest[Ticket[P]]) -> bool:
+        """An entry a held-back replica may take: it waited past its admission
+        patience, or the engines would serve it ahead of colder ones."""
+        return cost_model.waives_admission(entry.waited(now)) or cost_model.served_ahead(
+            entry.payload.request
+        )
+
+    def _served_ahead(self, request: RequestDescriptor) -> bool:
+        cost_model = self.local.cost_model(request.model)
+        return cost_model is not None and cost_model.served_ahead(request)
 
     def _observe_finish(self, ticket: Ticket[P], name: str, now: float, output: int) -> None:
         if ticket.first_at is not None:
@@ -319,14 +337,14 @@ class DispatchCore(Generic[P]):
             )
             place_queued = functools.partial(self._place_queued, now=now, queued=len(queue))
             cost_model = self.local.cost_model(model)
-            if cost_model is not None and cost_model.waives_admission(queue.oldest_wait(now)):
-                # The oldest is overdue and may go to a held-back replica, so every
-                # entry is looked at; the rest only while something is available, as
-                # in any drain.
-                waives = cost_model.waives_admission
-                place_queued = functools.partial(
-                    self._place_if_due, place_queued, exhausted, waives, now
-                )
+            if cost_model is not None and (
+                cost_model.engines_reorder or cost_model.waives_admission(queue.oldest_wait(now))
+            ):
+                # Some entry may go to a held-back replica (the oldest is overdue, or
+                # the engines serve a cached prompt ahead), so every entry is looked
+                # at; the rest only while something is available, as in any drain.
+                due = functools.partial(self._due, cost_model, now)
+                place_queued = functools.partial(self._place_if_due, place_queued, exhausted, due)
                 exhausted = _never
             for entry, placement in queue.drain(place_queued, exhausted):
                 entry.payload.entry = None

@@ -102,6 +102,17 @@ class CostModel(Protocol):
         """A request that waited this long goes to a held-back replica anyway."""
         ...
 
+    @property
+    def engines_reorder(self) -> bool:
+        """The engines order their waiting queues themselves (by cached prefix), so
+        the balancer's first-come queue holds back only what they would too."""
+        ...
+
+    def served_ahead(self, request: RequestDescriptor) -> bool:
+        """The engines would serve ``request`` ahead of colder waiting requests: it
+        may pass the balancer's queue and is priced as soon as it comes."""
+        ...
+
     def region_estimate(self, targets: Sequence[TargetState]) -> float:
         """Seconds a typical new request would wait here before its own prefill
         (queued prefill or KV room, for peers' reports)."""

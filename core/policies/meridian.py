@@ -590,6 +590,24 @@ class MeridianPolicy(PolicyBase):
         """Whether ``kv_tokens`` more fit ``target``'s KV look-ahead with no pressure."""
         return pressure_s(self.config, self.book.model(target.target_id), kv_tokens) == 0.0
 
+    @property
+    def engines_reorder(self) -> bool:
+        """Whether the engines serve their queues longest cached prefix first."""
+        return self.config.engine_queue == "lpm"
+
+    def served_ahead(self, request: RequestDescriptor) -> bool:
+        """Whether a local replica's engine would serve ``request`` ahead of colder
+        waiting ones: it orders its queue by cached prefix and caches more than
+        ``affinity_tokens`` of the prompt, the test of ``_served_by_prefix``.  The
+        dispatch core then lets the request past the balancer's first-come queue
+        to be priced, held-back holders included.  One walk of the radix tree."""
+        blocks = request.block_hashes
+        if not self.engines_reorder or not blocks:
+            return False
+        depth, _ = self.tree.match(blocks, self.replicas.keys())
+        cached = min(request.prompt_tokens, depth * self.config.block_tokens)
+        return cached > self.config.affinity_tokens
+
     def admits(self, target: TargetState) -> bool:
         model = self.replicas.get(target.target_id)
         return model is None or model.queued_prefill < self.admission_limit

@@ -34,9 +34,9 @@ class Clock:
         return self.now
 
 
-def build(replicas: tuple[str, ...], peers: tuple[PeerSpec, ...] = ()) -> tuple[
-    Clock, LocalRouter, RemoteRouter, DispatchCore[str]
-]:  # fmt: skip
+def build(
+    replicas: tuple[str, ...], peers: tuple[PeerSpec, ...] = (), *, engine_queue: str = "fcfs"
+) -> tuple[Clock, LocalRouter, RemoteRouter, DispatchCore[str]]:
     clock = Clock()
     local = LocalRouter(build_policy, max_outstanding=32, clock=clock)
     remote = RemoteRouter(
@@ -45,7 +45,11 @@ def build(replicas: tuple[str, ...], peers: tuple[PeerSpec, ...] = ()) -> tuple[
     spec = ModelSpec(
         MODEL,
         policy="meridian",
-        policy_params={"admission_tokens": 1000, "decode_weight": 0.0},
+        policy_params={
+            "admission_tokens": 1000,
+            "decode_weight": 0.0,
+            "engine_queue": engine_queue,
+        },
         pushing=PushingConfig(PushingMode.TOKENS),
     )
     names = [ReplicaSpec(n, f"http://{n}", MODEL, "us", "us-1", "reserved") for n in replicas]
@@ -107,6 +111,32 @@ def test_an_overdue_drain_offers_the_policy_only_what_is_due_once_nothing_is_ava
     assert offered == ["old"]
     clock.now += 0.3
     assert [s.ticket.handle for s in core.drain(clock.now).sends] == ["young"]
+
+
+def test_behind_longest_prefix_engines_a_cached_prompt_passes_the_queue() -> None:
+    # SGLang's engines serve the waiting request with the most cached prompt first,
+    # so a request a held-back replica caches goes there at once, past the cold
+    # requests waiting here, and a drain with nothing available places it too.
+    clock, local, _, core = build(("a",), engine_queue="lpm")
+    policy = local.cost_model(MODEL)
+    assert policy is not None and policy.engines_reorder
+    assert sent_to(core.arrive(ticket("big", 1600), clock.now)) == "a"  # a held back
+    cold = Ticket(RequestDescriptor("cold", MODEL, 800, tuple(range(500, 550))), "cold")
+    assert isinstance(core.arrive(cold, clock.now), Wait)
+    assert sent_to(core.arrive(ticket("turn", 1632), clock.now)) == "a"  # 1,600 cached
+    # A sibling process routes another document to a while one of its turns waits
+    # here: nothing is available, yet the drain places the turn and leaves cold.
+    doc = Ticket(RequestDescriptor("doc", MODEL, 640, tuple(range(900, 940))), "doc")
+    assert isinstance(core.arrive(doc, clock.now), Wait)
+    policy.learn_route(tuple(range(900, 940)), "a")  # type: ignore[attr-defined]
+    (send,) = core.drain(clock.now).sends
+    assert (send.ticket.handle, send.placement.label) == ("doc", "a")
+    assert [e.payload.handle for e in core.queues.for_model(MODEL)] == ["cold"]
+    # Before first-come engines (vLLM's) the same turn waits behind cold.
+    clock, local, _, core = build(("a",))
+    assert sent_to(core.arrive(ticket("big", 1600), clock.now)) == "a"
+    assert isinstance(core.arrive(ticket("cold", 320), clock.now), Wait)
+    assert isinstance(core.arrive(ticket("turn", 1632), clock.now), Wait)
 
 
 def test_a_first_token_that_reopens_a_replica_wakes_the_driver_and_no_other_does() -> None:
