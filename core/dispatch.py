@@ -178,6 +178,32 @@ def _never() -> bool:
     return False
 
 
+# Prefix lookups one drain spends on finding what the engines would serve ahead
+# (one radix-tree walk each): a drain stays cheap behind a long queue, as SGLang's
+# scheduler orders only its first 128 waiting requests by prefix.
+SERVED_AHEAD_LOOKUPS = 128
+
+
+@dataclass(slots=True)
+class _DueEntries(Generic[P]):
+    """Which queued entries a held-back replica may take in one drain: those past
+    their admission patience, and, behind engines that order their queues by cached
+    prefix, those they would serve ahead (at most ``lookups`` looked up)."""
+
+    cost_model: CostModel
+    now: float
+    lookups: int = SERVED_AHEAD_LOOKUPS
+
+    def overdue(self, entry: QueuedRequest[Ticket[P]]) -> bool:
+        return self.cost_model.waives_admission(entry.waited(self.now))
+
+    def served_ahead(self, entry: QueuedRequest[Ticket[P]]) -> bool:
+        if self.lookups <= 0 or not self.cost_model.engines_reorder:
+            return False
+        self.lookups -= 1
+        return self.cost_model.served_ahead(entry.payload.request)
+
+
 class DispatchCore(Generic[P]):
     def __init__(
         self,
@@ -285,25 +311,18 @@ class DispatchCore(Generic[P]):
     def _place_if_due(
         place: Callable[[QueuedRequest[Ticket[P]]], Placement | None],
         exhausted: Callable[[], bool],
-        due: Callable[[QueuedRequest[Ticket[P]]], bool],
+        due: _DueEntries[P],
         entry: QueuedRequest[Ticket[P]],
     ) -> Placement | None:
         """``place`` for a due entry, and for any other only while something is
         available, as a drain with nothing due treats every entry: with nothing
         available, asking the policy about a request not yet due would decide the
         whole queue again at every drain (docs/results.md, *An overdue queue asks only
-        about what is due*)."""
-        if not due(entry) and exhausted():
-            return None
-        return place(entry)
-
-    @staticmethod
-    def _due(cost_model: CostModel, now: float, entry: QueuedRequest[Ticket[P]]) -> bool:
-        """An entry a held-back replica may take: it waited past its admission
-        patience, or the engines would serve it ahead of colder ones."""
-        return cost_model.waives_admission(entry.waited(now)) or cost_model.served_ahead(
-            entry.payload.request
-        )
+        about what is due*).  The cheap tests first: a prefix lookup only for an entry
+        that nothing available could otherwise take."""
+        if due.overdue(entry) or not exhausted() or due.served_ahead(entry):
+            return place(entry)
+        return None
 
     def _served_ahead(self, request: RequestDescriptor) -> bool:
         cost_model = self.local.cost_model(request.model)
@@ -343,7 +362,7 @@ class DispatchCore(Generic[P]):
                 # Some entry may go to a held-back replica (the oldest is overdue, or
                 # the engines serve a cached prompt ahead), so every entry is looked
                 # at; the rest only while something is available, as in any drain.
-                due = functools.partial(self._due, cost_model, now)
+                due = _DueEntries[P](cost_model, now)
                 place_queued = functools.partial(self._place_if_due, place_queued, exhausted, due)
                 exhausted = _never
             for entry, placement in queue.drain(place_queued, exhausted):

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from core.availability import PushingConfig, PushingMode
-from core.dispatch import DispatchCore, Send, Ticket, Wait
+from core.dispatch import SERVED_AHEAD_LOOKUPS, DispatchCore, Send, Ticket, Wait
 from core.peers import Heartbeat
 from core.pending_queue import RegionalQueues
 from core.registry import build_policy, remote_policy_name
@@ -137,6 +137,40 @@ def test_behind_longest_prefix_engines_a_cached_prompt_passes_the_queue() -> Non
     assert sent_to(core.arrive(ticket("big", 1600), clock.now)) == "a"
     assert isinstance(core.arrive(ticket("cold", 320), clock.now), Wait)
     assert isinstance(core.arrive(ticket("turn", 1632), clock.now), Wait)
+
+
+def test_a_drain_looks_up_so_many_prefixes_behind_a_long_queue_and_no_more() -> None:
+    clock, local, _, core = build(("a",), engine_queue="lpm")
+    core.queues.configure({MODEL: (SERVED_AHEAD_LOOKUPS + 8, 30.0)})
+    policy = local.cost_model(MODEL)
+    assert policy is not None
+    looked: list[str] = []
+    served_ahead = policy.served_ahead
+
+    def counting(request: RequestDescriptor) -> bool:
+        looked.append(request.request_id)
+        return served_ahead(request)
+
+    policy.served_ahead = counting  # type: ignore[method-assign]
+    assert sent_to(core.arrive(ticket("big", 1600), clock.now)) == "a"  # a held back
+    for i in range(SERVED_AHEAD_LOOKUPS):
+        cold = range(10_000 + 100 * i, 10_020 + 100 * i)
+        assert isinstance(
+            core.arrive(
+                Ticket(RequestDescriptor(f"c{i}", MODEL, 320, tuple(cold)), f"c{i}"), clock.now
+            ),
+            Wait,
+        )
+    doc = Ticket(RequestDescriptor("doc", MODEL, 640, tuple(range(900, 940))), "doc")
+    assert isinstance(core.arrive(doc, clock.now), Wait)
+    policy.learn_route(tuple(range(900, 940)), "a")  # type: ignore[attr-defined]
+    looked.clear()
+    # Every lookup went to the cold entries ahead of doc: it waits for the next drain
+    # with room to spare, or for its patience to run out.
+    assert core.drain(clock.now).sends == []
+    assert len(looked) == SERVED_AHEAD_LOOKUPS and "doc" not in looked
+    clock.now += 0.3
+    assert "doc" in [s.ticket.handle for s in core.drain(clock.now).sends]
 
 
 def test_a_first_token_that_reopens_a_replica_wakes_the_driver_and_no_other_does() -> None:
