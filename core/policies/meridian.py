@@ -439,7 +439,7 @@ class MeridianPolicy(PolicyBase):
         waiting = dict(zip(map(_TARGET_ID, held_back), held_back))
         local = admitting.keys() | waiting.keys() if waiting else admitting.keys()
         uncached = self.uncached_by_target(request, local)
-        if waiting and self.config.engine_queue == "lpm":
+        if waiting and self.engines_reorder:
             admitting, waiting = self._served_by_prefix(request, admitting, waiting, uncached)
         everywhere = admitting
         if uncached:
@@ -535,8 +535,11 @@ class MeridianPolicy(PolicyBase):
         caches less of is held as before: the engine would queue it behind the
         warmer ones, and here it may still go to whichever replica frees first."""
         prompt = request.prompt_tokens
-        limit = prompt - self.config.affinity_tokens
-        served = {t: target for t, target in waiting.items() if uncached.get(t, prompt) < limit}
+        served = {
+            t: target
+            for t, target in waiting.items()
+            if self._caches_enough(prompt, uncached.get(t, prompt))
+        }
         if not served:
             return admitting, waiting
         held = {t: target for t, target in waiting.items() if t not in served}
@@ -605,8 +608,14 @@ class MeridianPolicy(PolicyBase):
         if not self.engines_reorder or not blocks:
             return False
         depth, _ = self.tree.match(blocks, self.replicas.keys())
-        cached = min(request.prompt_tokens, depth * self.config.block_tokens)
-        return cached > self.config.affinity_tokens
+        prompt = request.prompt_tokens
+        return self._caches_enough(prompt, max(0, prompt - depth * self.config.block_tokens))
+
+    def _caches_enough(self, prompt: int, uncached: int) -> bool:
+        """Whether a replica lacking ``uncached`` tokens of a ``prompt``-token prompt
+        caches more than ``affinity_tokens`` of it: what a longest-prefix engine serves
+        ahead (``served_ahead``, ``_served_by_prefix``)."""
+        return prompt - uncached > self.config.affinity_tokens
 
     def admits(self, target: TargetState) -> bool:
         model = self.replicas.get(target.target_id)
