@@ -49,12 +49,19 @@ Terms (seconds unless said), and where each number comes from:
   so it forgets roughly what the engine's LRU would have evicted).
 * ``ttft(r) = rtt(r) + step_s + (Q(r) + U(r)) * p(r)``: FCFS prefill
   behind the queued work, plus one step and the round trip.
-* ``harm(r) = harm_weight * U(r) * p(r) * D(r)``: chunked prefill shares steps
+* ``harm(r) = harm_weight * U(r) * p0 * D(r)``: chunked prefill shares steps
   with the ``D(r)`` requests decoding on ``r`` (first token seen, not
-  finished), and each of them is delayed by this prompt's prefill time (a
-  step carrying a prefill chunk lasts as long as the chunk).  ``harm_weight``
-  is 1: a second of someone else's delay counts as much as one of this
-  request's own wait.  At 0.1 a cold replica's prefill looked nearly free to
+  finished), and each of them is delayed by this prompt's prefill compute (a
+  step carrying a prefill chunk lasts as long as the engine computes the
+  chunk): ``p0`` is ``prefill_s_per_token``, the profile's compute rate, not
+  the learned ``p(r)``.  A first token's wait, which ``p(r)`` learns from,
+  also carries the decode work that shared its steps and the queue ahead of
+  it, which stall no one: on a busy replica it reads 2-3x ``p0``, and pricing
+  harm at it kept a tree's siblings on a holder whose batch was full (mixed
+  ToT on SGLang's engines, seeds 1-3 over 10 s: 291.43 against 323.74 with
+  ``p0``; docs/results.md, *A full batch, and harm at the engine's rate*).
+  ``harm_weight`` is 1: a second of someone else's delay counts as much as
+  one of this request's own wait.  At 0.1 a cold replica's prefill looked nearly free to
   the fleet, so the model gave up hits (and forwarded) to save a little of
   its own TTFT; in a closed loop that recomputation is what caps throughput.
 * ``pressure(r)``: PreServe's load anticipation (§4.3.1): ``K(r)``, the KV
@@ -80,7 +87,19 @@ Terms (seconds unless said), and where each number comes from:
 * Predicted output length: ``request.predicted_output_tokens`` when a
   predictor filled it in, else the mean output length this balancer has seen
   (EWMA, starting at ``default_output_tokens``), capped by ``max_tokens``.
-* ``cost(r) = ttft(r) + harm(r) + pressure(r)`` for a replica that admits.
+* ``slot(r)``: the engine runs at most ``max_num_seqs`` sequences (vLLM's
+  ``max_num_seqs``, SGLang's ``max_running_requests``; 256 by default, the
+  profile's in the simulator); past them a newcomer waits for one to finish.
+  With ``n(r)`` requests this balancer has in flight there, ``excess = n(r) +
+  1 - max_num_seqs`` of them start only as running ones end, and the running
+  ones end at ``max_num_seqs`` per request lifetime: ``slot(r) = excess *
+  out(r) * itl(r) / max_num_seqs`` when ``excess > 0``, else 0.  Admission
+  counts prefill tokens, which a tree's siblings add few of: without this
+  term they all waited on the holder's full batch while other replicas had
+  room (mixed ToT on SGLang's engines, seed 1: outstanding variance 1,912
+  against SGL's 363; engines waiting for slots summed 150k queued requests over
+  their steps against SGL's 67k).
+* ``cost(r) = ttft(r) + slot(r) + harm(r) + pressure(r)`` for a replica that admits.
 * ``decode(r) = decode_weight * (step_s + (D(r) + 1 + harm_weight * D(r)) *
   s)`` per output token: a decode step one sequence fuller than now, plus the
   same slowdown of each of the ``D(r)`` requests decoding there.  In a closed
@@ -236,7 +255,7 @@ Peer ``g``: priced with the same terms as a replica, seen from here:
   (prefill plus harm to the requests decoding there) and per output token, as
   the peer reports them (``region_prices``, the heartbeat's ``prefill_prices``
   and ``decode_prices``), weighted by ``reuse``: ``price(g) = P_here + reuse *
-  (P_g - P_here)`` with ``P_here = (1 + harm_weight * D) * p`` at this
+  (P_g - P_here)`` with ``P_here = p + harm_weight * D * p0`` at this
   region's mean rate and decoders, and ``reuse * decode_g``.  What the peer's
   own decoders change delays the requests waiting on this reply; for unique
   prompts it only moved TTFT (Azure, 300 s, the peer's prices unweighted:
@@ -252,7 +271,7 @@ Peer ``g``: priced with the same terms as a replica, seen from here:
   that would have served it now lacks its new tokens and its reply.  Each of
   them recomputes ``U_home + predicted output`` tokens (``U_home``: this
   prompt's uncached tokens at the local replica holding its longest prefix),
-  priced like any prefill, ``(1 + harm_weight * D) * p`` per token, times
+  priced like any prefill, ``p + harm_weight * D * p0`` per token, times
   ``reuse``: how likely a later
   request is to extend this one, learned as the share of each routed prompt
   that was already cached (EWMA), so a workload of unique prompts pays nothing
@@ -300,8 +319,8 @@ output) would wait at its best healthy replica before its own prefill:
 ``Q(r) * p(r) + pressure(r)``, the least over them, so a peer whose KV
 look-ahead is full does not look idle.  (The mean over them forwarded less
 where forwarding relieved bursts: Azure, 300 s, 2.0 % forwarded, TTFT p90
-1.24 s against 1.17 s.)  Its ``region_prices`` are ``p(r) * (1 + harm_weight
-* D(r))`` and ``decode(r)``, each the mean over its healthy replicas
+1.24 s against 1.17 s.)  Its ``region_prices`` are ``p(r) + harm_weight * D(r) *
+p0`` and ``decode(r)``, each the mean over its healthy replicas
 (``_mean_prices``), so a peer whose replicas run large batches does not look
 idle.
 
@@ -343,6 +362,7 @@ from core.policies.meridian_terms import (
     clamp,
     decode_cost_s,
     ewma,
+    harm_s,
     pressure_s,
     replica_cost,
     rtt_s,
@@ -677,7 +697,7 @@ class MeridianPolicy(PolicyBase):
                 continue
             model = self.book.model(t.target_id)
             healthy += 1
-            prefill += model.prefill_s_per_token * (1.0 + cfg.harm_weight * model.decoding)
+            prefill += model.prefill_s_per_token + harm_s(cfg, model, 1)
             decode += decode_cost_s(cfg, model.decoding, 1)
         if not healthy:
             return math.inf, math.inf
@@ -825,8 +845,9 @@ class MeridianPolicy(PolicyBase):
         terms = ForwardTerms(
             prompt=request.prompt_tokens,
             output=output,
-            # Per-token price of prefill anywhere: its own wait plus its harm to decoders.
-            per_token=rate * (1.0 + cfg.harm_weight * self._mean_decoding()),
+            # Per-token price of prefill anywhere: its own wait plus its harm to decoders
+            # (``harm_s``: at the engine's compute rate).
+            per_token=rate + cfg.harm_weight * cfg.prefill_s_per_token * self._mean_decoding(),
             # A peer that reports no prices (an older balancer) is priced as this
             # region: its mean rate and decoders for prefill, its mean decode terms.
             decode_per_token=self._decode_here(request) / max(1, output),

@@ -21,6 +21,7 @@ from core.policies.meridian_terms import (
     drain_s,
     replica_cost,
     rtt_s,
+    slot_wait_s,
 )
 from core.policy import load_key
 from core.types import RTT_KEY, TargetState
@@ -77,7 +78,7 @@ class ReplicaBook:
         last seen: ``sync_rtt``); its overflow keys go stale until a request larger
         than the capacity needs them."""
         cfg = self.config
-        queued_s = model.queued_prefill * model.prefill_s_per_token
+        queued_s = model.queued_prefill * model.prefill_s_per_token + slot_wait_s(cfg, model)
         over = model.kv_tokens - cfg.kv_capacity_tokens
         floor = queued_s + (drain_s(over, model.kv_tokens, model) if over > 0 else 0.0)
         self.floors.file_floor(target_id, floor + (model.rtt_s - cfg.local_rtt_s))
@@ -146,7 +147,9 @@ class ReplicaBook:
         floor = local_rtt_s + step_s + (prompt + extra_tokens) * self.least_rate
         # ``replica_cost`` and ``pressure_s`` inlined, the same arithmetic in the same order:
         # the calls were most of a walk's price per replica.
-        harm_weight = cfg.harm_weight
+        # Harm is priced at the engine's compute rate (``harm_s``), the same for every target.
+        harm_per_decoder = cfg.harm_weight * prompt * cfg.prefill_s_per_token
+        max_num_seqs = cfg.max_num_seqs
         replicas = self.replicas
         get = by_id.get
         moved: list[tuple[str, ReplicaModel, float]] = []
@@ -165,7 +168,10 @@ class ReplicaBook:
             if rtt != model.rtt_s:  # the index is walked: re-placed after the walk
                 moved.append((target_id, model, rtt))
             cost = rtt + step_s + model.queued_prefill * rate + prefill_s
-            cost += harm_weight * prefill_s * model.decoding
+            excess = len(model.inflight) + 1 - max_num_seqs
+            if excess > 0:
+                cost += excess * model.mean_output * model.itl_s / max_num_seqs
+            cost += harm_per_decoder * model.decoding
             held = int(model.kv_usage * capacity)
             if model.kv_tokens > held:
                 held = model.kv_tokens
@@ -187,7 +193,7 @@ class ReplicaBook:
             model = self.replicas[target_id]
             held = max(int(model.kv_usage * capacity), model.kv_tokens)
             lifetime = model.mean_output * model.itl_s
-            base = model.queued_prefill * model.prefill_s_per_token
+            base = model.queued_prefill * model.prefill_s_per_token + slot_wait_s(cfg, model)
             base += lifetime if held >= 1 else 0.0
             base += model.rtt_s - cfg.local_rtt_s
             floors.file_overflow(target_id, base, lifetime / max(1, held))

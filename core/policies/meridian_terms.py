@@ -38,6 +38,9 @@ class MeridianConfig:
     # longest prefix match).  Under "lpm" a held-back replica admits the requests
     # whose prefix it caches: its engine serves them ahead of colder ones.
     engine_queue: str = "fcfs"
+    # Sequences an engine runs at once (vLLM's ``max_num_seqs``, SGLang's
+    # ``max_running_requests``): past it a new request waits for a slot.
+    max_num_seqs: int = 256
     # PreServe look-ahead: KV capacity and how many decode tokens ahead to count.
     kv_capacity_tokens: int = 32_768
     lookahead_tokens: int = 256
@@ -85,6 +88,7 @@ class MeridianConfig:
             "default_output_tokens": self.default_output_tokens,
             "digest_min_stride": self.digest_min_stride,
             "digest_max_hashes": self.digest_max_hashes,
+            "max_num_seqs": self.max_num_seqs,
         }
         for key, value in positive.items():
             if value <= 0:
@@ -142,12 +146,30 @@ def replica_cost(config: MeridianConfig, model: ReplicaModel, uncached: int, dec
     """``ttft + harm + pressure`` of ``uncached`` prompt tokens and ``decode`` look-ahead
     decode tokens on the replica ``model`` describes."""
     rate = model.prefill_s_per_token
-    prefill_s = uncached * rate
-    ttft = model.rtt_s + config.step_s + model.queued_prefill * rate + prefill_s
-    harm = config.harm_weight * prefill_s * model.decoding
+    ttft = model.rtt_s + config.step_s + model.queued_prefill * rate + uncached * rate
+    ttft += slot_wait_s(config, model)
     # The KV it adds there: its uncached prompt and its look-ahead decode (the
     # cached prefix is held already, once for every request sharing it).
-    return ttft + harm + pressure_s(config, model, uncached + decode)
+    return ttft + harm_s(config, model, uncached) + pressure_s(config, model, uncached + decode)
+
+
+def harm_s(config: MeridianConfig, model: ReplicaModel, uncached: int) -> float:
+    """The stall ``uncached`` prompt tokens of prefill add to the requests decoding
+    on the replica, summed over them: each step that carries a chunk lasts as long
+    as the engine computes it, ``prefill_s_per_token`` a token.  Not the learned
+    rate: a first token's wait also carries the decode work that shared its steps
+    and the queue ahead, which delays no one."""
+    return config.harm_weight * uncached * config.prefill_s_per_token * model.decoding
+
+
+def slot_wait_s(config: MeridianConfig, model: ReplicaModel) -> float:
+    """Seconds until a batch slot frees for one more request on a replica that
+    this balancer already sent ``max_num_seqs`` or more: the excess start as
+    running ones finish, ``max_num_seqs`` per request lifetime there."""
+    excess = len(model.inflight) + 1 - config.max_num_seqs
+    if excess <= 0:
+        return 0.0
+    return excess * model.mean_output * model.itl_s / config.max_num_seqs
 
 
 def decode_cost_s(config: MeridianConfig, running: float, output: int) -> float:

@@ -309,5 +309,6 @@ def engine_defaults(policy: str, engine: EngineConfig) -> dict[str, Any]:
         "kv_capacity_tokens": engine.num_blocks * engine.block_size,
         "max_blocks_per_target": engine.num_blocks,
         "engine_queue": engine.schedule_policy.value,
+        "max_num_seqs": engine.max_num_seqs,
     }
     return {key: value for key, value in values.items() if key in known}

@@ -130,6 +130,55 @@ def test_harm_sends_a_cold_prompt_where_fewer_requests_decode() -> None:
     assert policy.select(cold, [busy, quiet]) is quiet
 
 
+def test_harm_is_priced_at_the_engines_compute_rate_not_the_learned_one() -> None:
+    policy = MeridianPolicy(MeridianConfig(ewma_alpha=1.0, decode_weight=0.0))
+    busy = target("busy")
+    for i in range(3):
+        running = sized(1000, f"d{i}")
+        policy.select(running, [busy])
+        # Each first token took four times the profile's rate: the decode work that
+        # shared its steps and the queue ahead, learned into the replica's rate.
+        queued = policy.replicas["busy"].queued_prefill
+        policy.observe_first_token(running, "busy", on_profile(4 * queued))
+    learned = policy.replicas["busy"].prefill_s_per_token
+    assert learned == pytest.approx(4 * RATE)
+    assert policy.replicas["busy"].decoding == 3
+    cold = sized(1000, "cold")
+    # Its own wait is the learned rate; the stall of each of the three decoders is
+    # what the engine computes in a step, the profile's rate.
+    extra = policy.replica_cost(cold, busy, 1000) - policy.replica_cost(cold, busy, 0)
+    assert extra == pytest.approx(1000 * learned + 1000 * RATE * 3)
+
+
+def test_a_replica_with_every_batch_slot_taken_prices_the_wait_for_one() -> None:
+    config = MeridianConfig(max_num_seqs=2, decode_weight=0.0)
+    policy = MeridianPolicy(config)
+    full, free = target("full"), target("free")
+    doc = prefix(1, 40)  # 640 tokens, all of it cached on ``full``
+    running = [request(prefix(10 + i, 1, doc)) for i in range(2)]
+    for r in running:
+        policy.select(r, [full])
+        entry = policy.replicas["full"].inflight[r.request_id]
+        # First tokens at the profile's rate: nothing learned moves the prices below.
+        policy.observe_first_token(r, "full", on_profile(entry.queued_ahead + entry.uncached))
+    model = policy.replicas["full"]
+    # Two sequences run on an engine that runs two: a third starts when one of them
+    # ends, and the two end over one request lifetime.
+    slot_s = model.mean_output * model.itl_s / 2
+    turn = request(prefix(99, 1, doc))
+    one_more = policy.replica_cost(turn, full, 16)
+    assert one_more == pytest.approx(on_profile(16) + 16 * RATE * 2 + slot_s)
+    # A 4.5 s wait for a slot outweighs copying 640 cached tokens to an idle replica:
+    # the turn waits for a holder's slot only as long as prefix affinity holds.
+    assert policy.choose(turn, [full, free], [], []).option is Option.WAIT
+    waited = policy.choose(turn, [full, free], [], [], waited_s=config.wait_limit_s)
+    assert waited.target is free
+    policy.on_complete(running[0], full, ok=True)
+    again = request(prefix(100, 1, doc))
+    assert policy.replica_cost(again, full, 16) == pytest.approx(on_profile(16) + 16 * RATE)
+    assert policy.select(again, [full, free]) is full
+
+
 def test_kv_look_ahead_prices_a_replica_that_would_overflow() -> None:
     config = MeridianConfig(kv_capacity_tokens=4096, lookahead_tokens=100, harm_weight=0.0)
     policy = MeridianPolicy(config)
@@ -763,10 +812,15 @@ def test_targets_that_left_are_forgotten() -> None:
 
 # 300 tokens: most prompts (9-38 blocks of 16) are larger than the whole cache, and
 # ledgers run far past it, where the walk's floor takes one request lifetime.
+# 4 sequences per engine: the replicas' slot waits (which the walk's floors carry) vary.
+@pytest.mark.parametrize("max_num_seqs", [256, 4])
 @pytest.mark.parametrize("kv_capacity", [20_000, 300])
-def test_the_indexed_walk_finds_the_cheapest_of_every_candidate(kv_capacity: int) -> None:
+def test_the_indexed_walk_finds_the_cheapest_of_every_candidate(
+    kv_capacity: int, max_num_seqs: int
+) -> None:
     rng = random.Random(7)
-    policy = MeridianPolicy(MeridianConfig(kv_capacity_tokens=kv_capacity))
+    config = MeridianConfig(kv_capacity_tokens=kv_capacity, max_num_seqs=max_num_seqs)
+    policy = MeridianPolicy(config)
     # Some replicas abroad: their round trip is priced in the walk as in replica_cost.
     targets = [remote(f"r{i:02d}", (0.0, 1.0, 80.0, 150.0)[i % 4]) for i in range(40)]
     for t in targets:
@@ -794,9 +848,13 @@ def test_the_indexed_walk_finds_the_cheapest_of_every_candidate(kv_capacity: int
 
 # Prompts above the 4,096-token KV capacity: every cold replica carries pressure the
 # walk's floor cannot see, so the walk prices nearly all of them (the inlined pricing).
-def test_the_walk_prices_cold_replicas_exactly_as_replica_cost() -> None:
+@pytest.mark.parametrize("max_num_seqs", [256, 4])
+def test_the_walk_prices_cold_replicas_exactly_as_replica_cost(max_num_seqs: int) -> None:
     rng = random.Random(11)
-    policy = MeridianPolicy(MeridianConfig(kv_capacity_tokens=4096, affinity_tokens=10**6))
+    config = MeridianConfig(
+        kv_capacity_tokens=4096, affinity_tokens=10**6, max_num_seqs=max_num_seqs
+    )
+    policy = MeridianPolicy(config)
     targets = [remote(f"r{i:02d}", (0.0, 1.0, 80.0, 150.0)[i % 4]) for i in range(30)]
     for t in targets:
         policy.observe_probe(t.target_id, rng.random())
@@ -838,5 +896,7 @@ def test_bad_config_is_refused() -> None:
         MeridianConfig(affinity_tokens=-1)
     with pytest.raises(ValueError, match="decode_weight"):
         MeridianConfig(decode_weight=-1.0)
+    with pytest.raises(ValueError, match="max_num_seqs"):
+        MeridianConfig(max_num_seqs=0)
     with pytest.raises(ValueError, match="ewma_alpha"):
         MeridianConfig(ewma_alpha=0.0)

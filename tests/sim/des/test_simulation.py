@@ -188,6 +188,8 @@ def test_the_cost_model_starts_from_the_simulated_engines_profile() -> None:
     assert params["engine_queue"] == "fcfs"
     lpm = dataclasses.replace(small_kv, schedule_policy=SchedulePolicy.LPM)
     assert engine_defaults("meridian", lpm)["engine_queue"] == "lpm"
+    # The sequences an engine runs at once: past them a request waits for a slot.
+    assert params["max_num_seqs"] == 64 and h100["max_num_seqs"] == 1024
     # A policy without these knobs gets none; a profile with no GPU time says nothing.
     assert engine_defaults("sglang", small_kv) == {}
     assert engine_defaults("meridian", EngineConfig.for_profile("zero")) == {}
