@@ -56,14 +56,15 @@ Terms (seconds unless said), and where each number comes from:
   chunk): ``p0`` is ``prefill_s_per_token``, the profile's compute rate, not
   the learned ``p(r)``.  A first token's wait, which ``p(r)`` learns from,
   also carries the decode work that shared its steps and the queue ahead of
-  it, which stall no one: on a busy replica it reads 2-3x ``p0``, and pricing
+  it, which stall no one: on a busy replica it reads 1.6-2.6x ``p0``, and pricing
   harm at it kept a tree's siblings on a holder whose batch was full (mixed
   ToT on SGLang's engines, seeds 1-3 over 10 s: 291.43 against 323.74 with
   ``p0``; docs/results.md, *A full batch, and harm at the engine's rate*).
   ``harm_weight`` is 1: a second of someone else's delay counts as much as
-  one of this request's own wait.  At 0.1 a cold replica's prefill looked nearly free to
-  the fleet, so the model gave up hits (and forwarded) to save a little of
-  its own TTFT; in a closed loop that recomputation is what caps throughput.
+  one of this request's own wait.  At 0.1 a cold replica's prefill looked
+  nearly free to the fleet, so the model gave up hits (and forwarded) to save
+  a little of its own TTFT; in a closed loop that recomputation is what caps
+  throughput.
 * ``pressure(r)``: PreServe's load anticipation (§4.3.1): ``K(r)``, the KV
   tokens ``r`` will hold over the next ``lookahead_tokens`` decode steps, is
   the sum over its in-flight requests of ``U + min(predicted output,
@@ -96,9 +97,9 @@ Terms (seconds unless said), and where each number comes from:
   out(r) * itl(r) / max_num_seqs`` when ``excess > 0``, else 0.  Admission
   counts prefill tokens, which a tree's siblings add few of: without this
   term they all waited on the holder's full batch while other replicas had
-  room (mixed ToT on SGLang's engines, seed 1: outstanding variance 1,912
-  against SGL's 363; engines waiting for slots summed 150k queued requests over
-  their steps against SGL's 67k).
+  room (mixed ToT on SGLang's engines, seed 1: outstanding requests per
+  replica varied 5x as much as under SGL's router, and every engine step that
+  left requests waiting left them for a batch slot).
 * ``cost(r) = ttft(r) + slot(r) + harm(r) + pressure(r)`` for a replica that admits.
 * ``decode(r) = decode_weight * (step_s + (D(r) + 1 + harm_weight * D(r)) *
   s)`` per output token: a decode step one sequence fuller than now, plus the
