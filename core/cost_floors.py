@@ -8,16 +8,17 @@ keeps three orders of the same replicas, each a sorted list of ``(key, id)``,
 re-filed (O(log n) search, one list move) when a ledger, a learned rate or a
 probe's KV usage changes:
 
-* ``by_floor``: queued prefill seconds plus the KV pressure of the ledger alone.
-  No price of the replica goes under it, for any request: the single order for a
-  request whose own KV (prompt plus look-ahead decode) fits in the capacity.
+* ``by_floor``: queued prefill seconds and the wait for a batch slot, plus the KV
+  pressure of the ledger alone.  No price of the replica goes under it, for any
+  request: the single order for a request whose own KV (prompt plus look-ahead
+  decode) fits in the capacity.
 * ``by_base`` and ``by_slope``: for a request whose own KV ``a`` is at least the
   capacity, every replica overflows, and its pressure is exactly
   ``alpha + slope * (a - capacity)``, with ``held = max(ledger, usage x capacity)``,
   ``slope = lifetime / max(1, held)`` and ``alpha = lifetime`` (0 on a replica
   holding nothing); ``lifetime`` is its mean output times its seconds per token.
-  ``base`` is the queued prefill seconds plus ``alpha``.  The price is increasing
-  in both keys, so the walk takes the two lists in turn (Fagin's threshold
+  ``base`` is the queued prefill seconds and the slot wait plus ``alpha``.  The price
+  is increasing in both keys, so the walk takes the two lists in turn (Fagin's threshold
   algorithm): every replica not yet priced has ``base`` and ``slope`` at least
   those under the two cursors, which bounds its price.  ``held`` depends on the
   probe's ``kv_usage``, so a probe (``observe_probe``) re-files the replica as a

@@ -74,7 +74,8 @@ class ReplicaBook:
 
     def reindex(self, target_id: str, model: ReplicaModel) -> None:
         """File ``target_id``'s cost floor (``core.cost_floors``): its queued
-        prefill, its ledger's KV pressure and its round trip beyond the local one (as
+        prefill, the wait for one of its batch slots (``slot_wait_s``), its ledger's
+        KV pressure and its round trip beyond the local one (as
         last seen: ``sync_rtt``); its overflow keys go stale until a request larger
         than the capacity needs them."""
         cfg = self.config

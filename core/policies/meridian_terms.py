@@ -143,8 +143,8 @@ def rtt_s(config: MeridianConfig, target: TargetState) -> float:
 
 
 def replica_cost(config: MeridianConfig, model: ReplicaModel, uncached: int, decode: int) -> float:
-    """``ttft + harm + pressure`` of ``uncached`` prompt tokens and ``decode`` look-ahead
-    decode tokens on the replica ``model`` describes."""
+    """``ttft + slot + harm + pressure`` of ``uncached`` prompt tokens and ``decode``
+    look-ahead decode tokens on the replica ``model`` describes."""
     rate = model.prefill_s_per_token
     ttft = model.rtt_s + config.step_s + model.queued_prefill * rate + uncached * rate
     ttft += slot_wait_s(config, model)
