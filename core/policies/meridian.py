@@ -698,7 +698,7 @@ class MeridianPolicy(PolicyBase):
                 continue
             model = self.book.model(t.target_id)
             healthy += 1
-            prefill += model.prefill_s_per_token + harm_s(cfg, model, 1)
+            prefill += model.prefill_s_per_token + harm_s(cfg, 1, model.decoding)
             decode += decode_cost_s(cfg, model.decoding, 1)
         if not healthy:
             return math.inf, math.inf
@@ -846,9 +846,8 @@ class MeridianPolicy(PolicyBase):
         terms = ForwardTerms(
             prompt=request.prompt_tokens,
             output=output,
-            # Per-token price of prefill anywhere: its own wait plus its harm to decoders
-            # (``harm_s``: at the engine's compute rate).
-            per_token=rate + cfg.harm_weight * cfg.prefill_s_per_token * self._mean_decoding(),
+            # Per-token price of prefill anywhere: its own wait plus its harm to decoders.
+            per_token=rate + harm_s(cfg, 1, self._mean_decoding()),
             # A peer that reports no prices (an older balancer) is priced as this
             # region: its mean rate and decoders for prefill, its mean decode terms.
             decode_per_token=self._decode_here(request) / max(1, output),

@@ -148,18 +148,20 @@ def replica_cost(config: MeridianConfig, model: ReplicaModel, uncached: int, dec
     rate = model.prefill_s_per_token
     ttft = model.rtt_s + config.step_s + model.queued_prefill * rate + uncached * rate
     ttft += slot_wait_s(config, model)
+    harm = harm_s(config, uncached, model.decoding)
     # The KV it adds there: its uncached prompt and its look-ahead decode (the
     # cached prefix is held already, once for every request sharing it).
-    return ttft + harm_s(config, model, uncached) + pressure_s(config, model, uncached + decode)
+    return ttft + harm + pressure_s(config, model, uncached + decode)
 
 
-def harm_s(config: MeridianConfig, model: ReplicaModel, uncached: int) -> float:
-    """The stall ``uncached`` prompt tokens of prefill add to the requests decoding
-    on the replica, summed over them: each step that carries a chunk lasts as long
-    as the engine computes it, ``prefill_s_per_token`` a token.  Not the learned
-    rate: a first token's wait also carries the decode work that shared its steps
-    and the queue ahead, which delays no one."""
-    return config.harm_weight * uncached * config.prefill_s_per_token * model.decoding
+def harm_s(config: MeridianConfig, uncached: int, decoding: float) -> float:
+    """The stall ``uncached`` prompt tokens of prefill add to the ``decoding``
+    requests decoding on a replica, summed over them: each step that carries a
+    chunk lasts as long as the engine computes it, ``prefill_s_per_token`` a
+    token.  Not the learned rate: a first token's wait also carries the decode
+    work that shared its steps and the queue ahead, which delays no one.  Also a
+    region's per-token price (``decoding`` its mean, ``uncached`` 1)."""
+    return config.harm_weight * uncached * config.prefill_s_per_token * decoding
 
 
 def slot_wait_s(config: MeridianConfig, model: ReplicaModel) -> float:
