@@ -119,6 +119,30 @@ Terms (seconds unless said), and where each number comes from:
   unique (an open-loop trace) it only traded TTFT for end-to-end time (Azure,
   300 s: 15.6 % forwarded against 7.8 %, TTFT p90 1.30 s against 1.17 s,
   goodput 4.20 against 4.21).  ``decode_weight`` 0 prices TTFT alone.
+* ``miss``: where a peer is an option, an option whose own wait for the first
+  token passes ``ttft_slo_s`` (the service's TTFT SLO, 2 s by default; the
+  simulator's ``--ttft-slo``) costs one request lifetime more, ``life = out(r) x
+  itl(r)``, the mean over this region's replicas.  At home that wait is
+  ``ttft(r) + slot(r) + pressure(r)`` at the chosen replica (for waiting, at the
+  replica waited for, with the prefill queued ahead here); abroad it is ``rtt(g) +
+  estimate(g)`` plus the wait in its queue, one step and ``U(g)`` at this region's
+  mean rate.  The other terms are seconds of delay, and a second past the SLO
+  weighs no more than one before it; what a client is served in time is goodput.
+  In a closed loop a client's requests follow one another, so a second of anyone's
+  delay costs about ``1 / life`` of a request and a miss a whole one: the lifetime
+  is the exchange rate.  Without it an overloaded region kept its new trees home,
+  where their first tokens waited seconds, because a peer whose TTFT was short
+  charged more in harm, displacement and locality (mixed ToT on vLLM's engines,
+  seed 1 over 10 s: us-east's TTFT p50 4.58 s against 0.24-0.26 s in the other
+  regions, nothing forwarded; with it, seeds 1-3, 3.6-7.1 % forwarded and TTFT
+  p90 5.26-5.67 s against 6.22-6.74 s, goodput a little higher; docs/results.md,
+  *A miss is priced where a peer is an option*).  Twice the lifetime forwarded
+  8.2 % on seed 1 and served less in time (goodput 79.15 against 84.50), half of
+  it forwarded nothing.  Only where a peer is an option, as the decode terms: a
+  replica's price inside a region grows smoothly with its queue, which the floors
+  of the walk over cold replicas are built on (``meridian_book``), and a price
+  that jumps at the SLO would loosen them; a miss between local replicas is not
+  priced, and not measured.  ``ttft_slo_s`` 0 prices no miss.
 
 Admission (SP-P's rule, "do not pile onto an engine with a waiting queue", in
 tokens): ``r`` admits while ``Q(r) < admission_tokens``; by default what the
@@ -234,7 +258,8 @@ ToT's p90 fell only to 8.34-9.34 s.
 
 Peer ``g``: priced with the same terms as a replica, seen from here:
 
-* ``rtt(g) + estimate(g) + step_s + U(g) * price(g) + out * decode(g)``:
+* ``rtt(g) + estimate(g) + step_s + U(g) * price(g) + out * decode(g)``, plus
+  ``miss`` where its own wait for the first token passes the SLO:
   ``rtt(g)`` is the configured round trip, ``estimate(g)`` the seconds that
   region reports for itself in its availability heartbeat
   (``region_estimate``: its queue and KV pressure);
@@ -364,6 +389,7 @@ from core.policies.meridian_terms import (
     decode_cost_s,
     ewma,
     harm_s,
+    own_wait_s,
     pressure_s,
     replica_cost,
     rtt_s,
@@ -483,18 +509,25 @@ class MeridianPolicy(PolicyBase):
         # Decode terms only where a peer is an option: see ``decode`` above.
         decode_here = self._decode_here(request) if peers else 0.0
         best = self._best_replica(request, admitting, uncached, decode_here)
+        # The replica the home option's first token waits on, and the prefill queued
+        # ahead of it in the balancer's queue (what ``miss`` reads).
+        home_target, ahead_tokens = best.target, 0.0
         if waiting:
-            wait = self._best_wait(
+            wait, wait_for, wait_ahead = self._best_wait(
                 request, waiting, uncached, queued_ahead, len(local), decode_here
             )
             if wait.cost_s < best.cost_s:
-                best = wait
+                best, home_target, ahead_tokens = wait, wait_for, wait_ahead
         if peers:
             # What a forward leaves behind: the best local match it does not extend.
             # With no local replica at all there is no locality to lose (None).
             home_uncached = min(uncached.values(), default=request.prompt_tokens) if local else None
-            peer = self._best_peer(request, peers, home_uncached, at_peers, queued_s)
-            if peer.cost_s < best.cost_s:
+            rate, lifetime = self._mean_rate_and_lifetime()
+            peer = self._best_peer(
+                request, peers, home_uncached, at_peers, queued_s, rate, lifetime
+            )
+            miss = self._home_miss_s(request, home_target, uncached, ahead_tokens, lifetime)
+            if peer.cost_s < best.cost_s + miss:
                 best = peer
         if best.option is Option.REPLICA and best.target is not None:
             tokens = uncached.get(best.target.target_id, request.prompt_tokens)
@@ -813,13 +846,34 @@ class MeridianPolicy(PolicyBase):
         queued_ahead: int,
         replicas: int,
         decode_here: float,
-    ) -> Choice:
+    ) -> tuple[Choice, TargetState | None, float]:
+        """Waiting, priced at the held-back replica it is cheapest to wait for; also
+        that replica and the prefill tokens queued ahead here."""
         # replica_cost already counts all of Q(h): what waits here for h to admit is
         # prefilled that much later at the engine, not twice.  What waiting adds is
         # the requests queued ahead here, spread over the region's replicas.
         ahead_tokens = queued_ahead * self.mean_uncached / max(1, replicas)
-        _, cost = self._cheapest(request, held_back, uncached, ahead_tokens)
-        return Choice(Option.WAIT, None, cost + decode_here)
+        target, cost = self._cheapest(request, held_back, uncached, ahead_tokens)
+        return Choice(Option.WAIT, None, cost + decode_here), target, ahead_tokens
+
+    def _home_miss_s(
+        self,
+        request: RequestDescriptor,
+        home: TargetState | None,
+        uncached: Mapping[str, int],
+        ahead_tokens: float,
+        lifetime: float,
+    ) -> float:
+        """``miss`` of the home option: a request lifetime where its own wait for the
+        first token at ``home`` (its replica, or the one it waits for) passes the SLO."""
+        slo = self.config.ttft_slo_s
+        if slo <= 0 or home is None:
+            return 0.0
+        model = self.book.model(home.target_id)
+        tokens = uncached.get(home.target_id, request.prompt_tokens)
+        decode = self._decode_tokens(request)
+        wait = own_wait_s(self.config, model, tokens, decode, ahead_tokens)
+        return lifetime if wait > slo else 0.0
 
     def _cheapest(
         self,
@@ -839,9 +893,10 @@ class MeridianPolicy(PolicyBase):
         home_uncached: int | None,
         at_peers: Mapping[str, int],
         queued_s: Mapping[str, float],
+        rate: float,
+        lifetime: float,
     ) -> Choice:
         cfg = self.config
-        rate = self._mean_rate()
         output = self.predicted_output(request)
         terms = ForwardTerms(
             prompt=request.prompt_tokens,
@@ -855,6 +910,9 @@ class MeridianPolicy(PolicyBase):
             home_uncached=home_uncached,
             step_s=cfg.step_s,
             displace_weight=cfg.displace_weight,
+            rate=rate,
+            ttft_slo_s=cfg.ttft_slo_s,
+            miss_s=lifetime,
         )
         return best_peer(terms, peers, at_peers, queued_s)
 
@@ -877,6 +935,19 @@ class MeridianPolicy(PolicyBase):
         if not self.replicas:
             return self.config.prefill_s_per_token
         return sum(m.prefill_s_per_token for m in self.replicas.values()) / len(self.replicas)
+
+    def _mean_rate_and_lifetime(self) -> tuple[float, float]:
+        """This region's mean prefill rate, and its mean request lifetime (``out(r) x
+        itl(r)``, what ``miss`` prices), in one pass over the replicas."""
+        cfg = self.config
+        if not self.replicas:
+            return cfg.prefill_s_per_token, cfg.default_output_tokens * cfg.itl_s
+        rate = lifetime = 0.0
+        for model in self.replicas.values():
+            rate += model.prefill_s_per_token
+            lifetime += model.mean_output * model.itl_s
+        count = len(self.replicas)
+        return rate / count, lifetime / count
 
     # -- bookkeeping ----------------------------------------------------------------------
 

@@ -96,7 +96,9 @@ class ForwardTerms:
     ``reuse``: how likely a later request extends this one; ``home_uncached``: the
     prompt's uncached tokens at its best local holder (None: no local replica,
     nothing to leave behind); ``displace_weight``: the weight of what a copy
-    abroad displaces there (0: not priced)."""
+    abroad displaces there (0: not priced); ``rate``: this region's prefill seconds
+    per token, for a forward's own wait for its first token; ``ttft_slo_s``: the
+    SLO that wait is held to (0: none) and ``miss_s`` the price of missing it."""
 
     prompt: int
     output: int
@@ -106,6 +108,9 @@ class ForwardTerms:
     home_uncached: int | None
     step_s: float
     displace_weight: float = 1.0
+    rate: float = 0.0
+    ttft_slo_s: float = 0.0
+    miss_s: float = 0.0
 
 
 def best_peer(
@@ -151,7 +156,14 @@ def best_peer(
         if home is None or uncached >= home:
             displaced = terms.displace_weight * terms.reuse * uncached * prefill
         wait = peer.extra.get("estimate_s", 0.0) + waits.get(peer.target_id, 0.0)
-        return rtt + wait + here + lost + displaced
+        # Its own wait for the first token there: the round trip, the peer's queue and
+        # its prefill of what it lacks, at this region's rate (the peer reports its
+        # price with the harm in it, not its rate alone).
+        missed = 0.0
+        slo = terms.ttft_slo_s
+        if slo > 0 and rtt + wait + terms.step_s + uncached * terms.rate > slo:
+            missed = terms.miss_s
+        return rtt + wait + here + lost + displaced + missed
 
     best = min(peers, key=lambda p: (cost(p), p.target_id))
     return Choice(Option.PEER, best, cost(best))

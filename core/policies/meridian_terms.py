@@ -67,6 +67,10 @@ class MeridianConfig:
     # Weight of what a copy into a peer's caches displaces there (``reuse`` x the
     # tokens it copies x the peer's prefill price); 0 leaves it unpriced.
     displace_weight: float = 1.0
+    # The time to first token the service is held to (its SLO).  Where a peer is an
+    # option, an option whose own wait for its first token passes it is priced one
+    # request lifetime more (``miss`` in the policy's docstring); 0 prices no miss.
+    ttft_slo_s: float = 2.0
 
     def admission_limit(self) -> int:
         """Queued prefill tokens under which a replica admits: ``admission_tokens``,
@@ -95,8 +99,8 @@ class MeridianConfig:
                 raise ValueError(f"{key} must be positive")
         if min(self.step_s, self.local_rtt_s, self.harm_weight, self.wait_limit_s) < 0:
             raise ValueError("step_s, local_rtt_s, harm_weight and wait_limit_s must be >= 0")
-        if self.decode_weight < 0 or self.displace_weight < 0:
-            raise ValueError("decode_weight and displace_weight must be >= 0")
+        if min(self.decode_weight, self.displace_weight, self.ttft_slo_s) < 0:
+            raise ValueError("decode_weight, displace_weight and ttft_slo_s must be >= 0")
         if min(self.lookahead_tokens, self.min_sample_tokens, self.affinity_tokens) < 0:
             raise ValueError("lookahead_tokens, min_sample_tokens and affinity_tokens must be >= 0")
         if self.admission_tokens < 0:
@@ -152,6 +156,18 @@ def replica_cost(config: MeridianConfig, model: ReplicaModel, uncached: int, dec
     # The KV it adds there: its uncached prompt and its look-ahead decode (the
     # cached prefix is held already, once for every request sharing it).
     return ttft + harm + pressure_s(config, model, uncached + decode)
+
+
+def own_wait_s(
+    config: MeridianConfig, model: ReplicaModel, uncached: int, decode: int, ahead_tokens: float
+) -> float:
+    """The request's own wait for its first token on the replica ``model`` describes:
+    ``replica_cost`` less the harm, with ``ahead_tokens`` more prefill queued before
+    it (what waits ahead of it in the balancer's queue).  What the SLO is about."""
+    rate = model.prefill_s_per_token
+    queued = model.queued_prefill + ahead_tokens + uncached
+    wait = model.rtt_s + config.step_s + queued * rate + slot_wait_s(config, model)
+    return wait + pressure_s(config, model, uncached + decode)
 
 
 def harm_s(config: MeridianConfig, uncached: int, decoding: float) -> float:

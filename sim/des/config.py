@@ -117,6 +117,12 @@ class TimingConfig:
     kv_events_batch_s: float = 0.1
 
 
+# The time to first token goodput counts as served in time (``--ttft-slo``), a chat
+# user's patience for the first token (docs/simulator.md explains the choice); a
+# policy that prices missing it is held to the same one.
+DEFAULT_TTFT_SLO_S = 2.0
+
+
 @dataclass(frozen=True)
 class SimConfig:
     """One run: ``replicas`` and ``clients`` are per region, in region order."""
@@ -151,6 +157,9 @@ class SimConfig:
     # (the engine's true length), session-mean or learned.  "none" by default: the
     # learned one costs wall time on long runs and no stock policy reads it.
     length_predictor: str = "none"
+    # The TTFT SLO goodput counts (``--ttft-slo``), given to a policy that prices
+    # missing it (``slo_defaults`` in ``sim.des.world``).
+    ttft_slo_s: float = DEFAULT_TTFT_SLO_S
 
     def __post_init__(self) -> None:
         if self.length_predictor not in SIM_PREDICTORS:
@@ -172,6 +181,8 @@ class SimConfig:
             raise SimConfigError("give --duration or --requests so the run ends")
         if self.time_scale <= 0 or self.speed <= 0:
             raise SimConfigError("--time-scale and --speed must be positive")
+        if not self.ttft_slo_s > 0:
+            raise SimConfigError("--ttft-slo must be positive")
         if not self.ramp_s >= 0:
             raise SimConfigError("--ramp must be at least 0 s")
         if self.ramp_s and not self.clients:

@@ -53,7 +53,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from sim.des.clients import RequestRecord
-from sim.des.config import SimConfig
+from sim.des.config import DEFAULT_TTFT_SLO_S, SimConfig
 from sim.des.oracle import (
     BalancerPool,
     Bounds,
@@ -65,8 +65,6 @@ from sim.des.oracle import (
 from sim.des.world import SimRun
 from sim.engine.stats import TokenWaits
 
-# A chat user's patience for the first token; docs/simulator.md explains the choice.
-DEFAULT_TTFT_SLO_S = 2.0
 STATUS_REJECTED = 400
 
 

@@ -14,6 +14,7 @@ from typing import Any
 
 from core.registry import UnknownPolicyError, policy_names
 from sim.des.config import (
+    DEFAULT_TTFT_SLO_S,
     POLICY_ALIASES,
     SimConfig,
     SimConfigError,
@@ -22,7 +23,7 @@ from sim.des.config import (
     parse_counts,
     parse_rtts,
 )
-from sim.des.metrics import DEFAULT_TTFT_SLO_S, Summary, summarize
+from sim.des.metrics import Summary, summarize
 from sim.des.world import SimRun, SliceHook, simulate
 from sim.engine import EngineConfig
 from sim.engine.schedule_policy import SchedulePolicy
@@ -99,6 +100,7 @@ def base_config(options: Mapping[str, Any]) -> SimConfig:
         engine=engine,
         timing=timing,
         length_predictor=options.get("length_predictor") or "none",
+        ttft_slo_s=options.get("ttft_slo") or DEFAULT_TTFT_SLO_S,
         **extra,
     )
 

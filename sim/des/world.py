@@ -109,7 +109,11 @@ class World:
         """The service as ``routing.topology`` builds it from a ServiceConfig row: the
         pushing keys (mode from ``pushing``, ``push_budget``) split off the policy's."""
         cfg = self.config
-        given = {**engine_defaults(cfg.policy, cfg.engine), **cfg.policy_params}
+        given = {
+            **engine_defaults(cfg.policy, cfg.engine),
+            **slo_defaults(cfg.policy, cfg.ttft_slo_s),
+            **cfg.policy_params,
+        }
         try:
             pushing, params = split_pushing_params({**given, PUSHING_KEY: cfg.effective_pushing})
         except ValueError as exc:
@@ -282,6 +286,14 @@ def true_output(engine: EngineConfig) -> Callable[[list[int], int, bool], int]:
 TYPICAL_DECODE_BATCH = 16
 # Context one running sequence attends to, for the marginal step time of one more.
 TYPICAL_CONTEXT_TOKENS = 1024
+
+
+def slo_defaults(policy: str, ttft_slo_s: float) -> dict[str, Any]:
+    """The SLO the run's goodput counts, for a policy that prices missing it (its
+    config has ``ttft_slo_s``): the production balancer is given its service's
+    SLO as ``policy_params``, and a run scored on another SLO than the policy's
+    default would otherwise route for one and be judged on the other."""
+    return {"ttft_slo_s": ttft_slo_s} if "ttft_slo_s" in policy_defaults(policy) else {}
 
 
 def engine_defaults(policy: str, engine: EngineConfig) -> dict[str, Any]:

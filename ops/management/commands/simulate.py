@@ -27,9 +27,9 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from core.predictors import SIM_PREDICTORS
 from core.registry import DEFAULT_POLICY, UnknownPolicyError
 from ops.progress import BudgetBar, bars_wanted, raw_stream
-from sim.des.config import DEPLOYMENTS, SimConfig, SimConfigError
+from sim.des.config import DEFAULT_TTFT_SLO_S, DEPLOYMENTS, SimConfig, SimConfigError
 from sim.des.experiments import EXPERIMENTS, experiment
-from sim.des.metrics import DEFAULT_TTFT_SLO_S, Summary
+from sim.des.metrics import Summary
 from sim.des.plan import (
     DEFAULT_PROFILE,
     PUSHING_CHOICES,

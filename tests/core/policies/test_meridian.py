@@ -498,6 +498,32 @@ def test_forward_only_when_the_peer_is_genuinely_cheaper() -> None:
     assert pick.target is not None and pick.target.target_id == "y"
 
 
+def test_a_home_wait_past_the_slo_costs_a_request_lifetime_where_a_peer_meets_it() -> None:
+    # Home queues 3,704 tokens ahead of a new 500-token prompt: its first token is
+    # 2.26 s out.  The peer answers in 1.4 s (its second of queue, the round trip,
+    # the prefill) but costs more: most prompts here extend an earlier one, so this
+    # one's reply is lost to home's caches, and its copy displaces as many there.
+    config = MeridianConfig(ewma_alpha=1.0, decode_weight=0.0, admission_tokens=1 << 20)
+    home, eu = target("home"), peer("eu", rtt_ms=80.0, estimate_s=1.0)
+    prompt = sized(500, "new", output=2000)
+
+    def decide(slo: float) -> tuple[Option, float, float]:
+        policy = MeridianPolicy(replace(config, ttft_slo_s=slo))
+        doc = prefix(1, 40)
+        policy.select(sized(3000, "backlog"), [home])
+        policy.select(request(doc), [home])
+        policy.select(request(prefix(2, 4, doc)), [home])  # 91 % cached: reuse
+        choice = policy.choose(prompt, [home], [], [eu])
+        return choice.option, policy.replica_cost(prompt, home, 500), choice.cost_s
+
+    option, home_cost, peer_cost = decide(2.0)
+    lifetime = config.default_output_tokens * config.itl_s  # nothing finished yet
+    assert option is Option.PEER and home_cost < peer_cost < home_cost + lifetime
+    # No SLO, or one home meets (2.26 s), or one both miss: the cheaper home takes it.
+    for slo in (0.0, 2.5, 1.0):
+        assert decide(slo)[0] is Option.REPLICA
+
+
 def test_a_forward_pays_for_the_locality_it_leaves_behind() -> None:
     config = MeridianConfig(ewma_alpha=1.0, kv_capacity_tokens=4096, decode_weight=0.0)
     policy = MeridianPolicy(config)
@@ -898,5 +924,7 @@ def test_bad_config_is_refused() -> None:
         MeridianConfig(decode_weight=-1.0)
     with pytest.raises(ValueError, match="max_num_seqs"):
         MeridianConfig(max_num_seqs=0)
+    with pytest.raises(ValueError, match="ttft_slo_s"):
+        MeridianConfig(ttft_slo_s=-1.0)
     with pytest.raises(ValueError, match="ewma_alpha"):
         MeridianConfig(ewma_alpha=0.0)

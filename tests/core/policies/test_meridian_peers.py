@@ -136,6 +136,22 @@ def test_a_peers_own_prices_replace_this_regions_weighted_by_reuse() -> None:
     assert best_peer(terms, [priced], {}).cost_s == pytest.approx(expected)
 
 
+def test_a_peer_whose_first_token_would_miss_the_slo_is_priced_a_miss_more() -> None:
+    # Its own wait there: 80 ms round trip, 0.5 s of its queue, one step and the
+    # 1,000 tokens it lacks at 1 ms: 1.61 s.  The rest of its price is no wait.
+    eu = target("eu", extra={"rtt_ms": 80.0, "estimate_s": 0.5})
+
+    def price(slo: float, queued_s: float = 0.0) -> float:
+        terms = _terms(rate=1e-3, ttft_slo_s=slo, miss_s=7.0)
+        return best_peer(terms, [eu], {}, {"eu": queued_s}).cost_s
+
+    unpriced = price(0.0)  # no SLO: no miss
+    assert price(1.62) == pytest.approx(unpriced)
+    assert price(1.60) == pytest.approx(unpriced + 7.0)
+    # A wait in its queue (a held-back peer the program lives in) is part of it.
+    assert price(1.62, queued_s=0.1) == pytest.approx(price(0.0, queued_s=0.1) + 7.0)
+
+
 def test_equal_peers_go_to_the_lower_id_and_an_unknown_round_trip_is_never_cheapest() -> None:
     terms = _terms()
     b, a = target("b", extra={"rtt_ms": 80.0}), target("a", extra={"rtt_ms": 80.0})

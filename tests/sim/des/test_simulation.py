@@ -9,7 +9,7 @@ import pytest
 
 from core.policies.meridian_terms import MeridianConfig
 from core.registry import policy_names
-from sim.des.config import SimConfig, SimConfigError
+from sim.des.config import DEFAULT_TTFT_SLO_S, SimConfig, SimConfigError
 from sim.des.metrics import summarize
 from sim.des.world import SimRun, World, engine_defaults, simulate
 from sim.engine import EngineConfig
@@ -205,3 +205,22 @@ def test_the_cost_model_starts_from_the_simulated_engines_profile() -> None:
     spec = World(config).model_spec()
     assert spec.policy_params["kv_capacity_tokens"] == 1000
     assert spec.policy_params["max_blocks_per_target"] == 512
+
+
+def test_the_cost_model_is_held_to_the_slo_the_run_is_scored_on() -> None:
+    def params(policy: str, **changes: object) -> dict[str, object]:
+        config = SimConfig(
+            workload="conversations", policy=policy, replicas={"us-east": 1}, duration_s=1.0
+        )
+        return dict(World(dataclasses.replace(config, **changes)).model_spec().policy_params)
+
+    assert params("meridian")["ttft_slo_s"] == DEFAULT_TTFT_SLO_S
+    assert params("meridian", ttft_slo_s=0.5)["ttft_slo_s"] == 0.5
+    # A value given on the command line wins; a policy without the knob gets none.
+    given = params("meridian", ttft_slo_s=0.5, policy_params={"ttft_slo_s": 0.0})
+    assert given["ttft_slo_s"] == 0.0
+    assert "ttft_slo_s" not in params("sglang")
+    with pytest.raises(SimConfigError, match="--ttft-slo"):
+        SimConfig(
+            workload="tot", policy="meridian", replicas={"a": 1}, duration_s=1.0, ttft_slo_s=0.0
+        )
