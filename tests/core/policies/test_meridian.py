@@ -499,29 +499,37 @@ def test_forward_only_when_the_peer_is_genuinely_cheaper() -> None:
 
 
 def test_a_home_wait_past_the_slo_costs_a_request_lifetime_where_a_peer_meets_it() -> None:
-    # Home queues 3,704 tokens ahead of a new 500-token prompt: its first token is
-    # 2.26 s out.  The peer answers in 1.4 s (its second of queue, the round trip,
-    # the prefill) but costs more: most prompts here extend an earlier one, so this
-    # one's reply is lost to home's caches, and its copy displaces as many there.
-    config = MeridianConfig(ewma_alpha=1.0, decode_weight=0.0, admission_tokens=1 << 20)
+    # Home holds a 640-token document and queues 3,000 more tokens ahead of a
+    # follow-up that adds 64: its first token is 2.03 s out, past the 2 s SLO.  The
+    # peer answers in 1.48 s (its second of queue, the round trip, the whole prompt's
+    # prefill) but costs more: the follow-up's reply is lost to home's caches, and
+    # the cold copy displaces as many tokens there.
+    config = MeridianConfig(
+        ewma_alpha=1.0, decode_weight=0.0, admission_tokens=1 << 20, affinity_tokens=1 << 20
+    )
     home, eu = target("home"), peer("eu", rtt_ms=80.0, estimate_s=1.0)
-    prompt = sized(500, "new", output=2000)
+    doc = prefix(1, 40)
+    follow_up = replace(request(prefix(3, 4, doc)), predicted_output_tokens=2000)
 
-    def decide(slo: float) -> tuple[Option, float, float]:
+    def decide(slo: float, prompt: RequestDescriptor = follow_up) -> tuple[Option, float, float]:
         policy = MeridianPolicy(replace(config, ttft_slo_s=slo))
-        doc = prefix(1, 40)
         policy.select(sized(3000, "backlog"), [home])
         policy.select(request(doc), [home])
         policy.select(request(prefix(2, 4, doc)), [home])  # 91 % cached: reuse
         choice = policy.choose(prompt, [home], [], [eu])
-        return choice.option, policy.replica_cost(prompt, home, 500), choice.cost_s
+        held = policy.uncached_by_target(prompt, {"home"}).get("home", prompt.prompt_tokens)
+        return choice.option, policy.replica_cost(prompt, home, held), choice.cost_s
 
     option, home_cost, peer_cost = decide(2.0)
     lifetime = config.default_output_tokens * config.itl_s  # nothing finished yet
     assert option is Option.PEER and home_cost < peer_cost < home_cost + lifetime
-    # No SLO, or one home meets (2.26 s), or one both miss: the cheaper home takes it.
+    # No SLO, or one home meets (2.03 s), or one both miss: the cheaper home takes it.
     for slo in (0.0, 2.5, 1.0):
         assert decide(slo)[0] is Option.REPLICA
+    # A prompt home holds none of (a document) pays no miss: it would take the
+    # document from the caches that serve it here, as the locality term prices.
+    # Home's wait for it is 2.37 s; a miss priced there would send it abroad.
+    assert decide(2.0, sized(704, "document", output=2000))[0] is Option.REPLICA
 
 
 def test_a_forward_pays_for_the_locality_it_leaves_behind() -> None:
