@@ -873,9 +873,9 @@ class MeridianPolicy(PolicyBase):
         home: TargetState | None,
         uncached: Mapping[str, int],
         ahead_tokens: float,
-        lifetime: float,
+        miss_price: float,
     ) -> float:
-        """``miss`` of the home option: a request lifetime where its own wait for the
+        """``miss`` of the home option: ``miss_price`` where its own wait for the
         first token at ``home`` (its replica, or the one it waits for) passes the SLO."""
         slo = self.config.ttft_slo_s
         if slo <= 0 or home is None:
@@ -884,7 +884,7 @@ class MeridianPolicy(PolicyBase):
         tokens = uncached.get(home.target_id, request.prompt_tokens)
         decode = self._decode_tokens(request)
         wait = own_wait_s(self.config, model, tokens, decode, ahead_tokens)
-        return lifetime if wait > slo else 0.0
+        return miss_price if wait > slo else 0.0
 
     def _cheapest(
         self,
@@ -905,7 +905,7 @@ class MeridianPolicy(PolicyBase):
         at_peers: Mapping[str, int],
         queued_s: Mapping[str, float],
         rate: float,
-        lifetime: float,
+        miss_price: float,
     ) -> Choice:
         cfg = self.config
         output = self.predicted_output(request)
@@ -923,7 +923,7 @@ class MeridianPolicy(PolicyBase):
             displace_weight=cfg.displace_weight,
             rate=rate,
             ttft_slo_s=cfg.ttft_slo_s,
-            miss_s=lifetime,
+            miss_s=miss_price,
         )
         return best_peer(terms, peers, at_peers, queued_s)
 
@@ -943,9 +943,7 @@ class MeridianPolicy(PolicyBase):
         return model.queued_prefill * model.prefill_s_per_token
 
     def _mean_rate(self) -> float:
-        if not self.replicas:
-            return self.config.prefill_s_per_token
-        return sum(m.prefill_s_per_token for m in self.replicas.values()) / len(self.replicas)
+        return self._mean_rate_and_lifetime()[0]
 
     def _mean_rate_and_lifetime(self) -> tuple[float, float]:
         """This region's mean prefill rate, and its mean request lifetime (``out(r) x
