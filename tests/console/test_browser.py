@@ -131,12 +131,12 @@ def test_policy_switch_appears_in_the_events_feed_live(driver: WebDriver, stack:
     browser.wait_for(driver, lambda d: "policy least_load" in d.page_source, "policy applied")
     driver.close()
     driver.switch_to.window(overview)
-    row = browser.wait_for(
+    rows = browser.wait_for(
         driver,
-        lambda d: d.find_elements("css selector", '#events-feed tr[data-kind="policy_changed"]'),
+        lambda d: browser.texts_of(d, '#events-feed tr[data-kind="policy_changed"]'),
         "policy_changed in the overview's events feed",
     )
-    assert "round_robin -> least_load" in row[0].text
+    assert "round_robin -> least_load" in rows[0]
 
 
 def test_drill_button_preempts_a_replica_and_the_overview_shows_it(
@@ -166,10 +166,10 @@ def test_drill_button_preempts_a_replica_and_the_overview_shows_it(
     )
     feed = browser.wait_for(
         driver,
-        lambda d: d.find_elements("css selector", '#events-feed tr[data-kind="replica_preempted"]'),
+        lambda d: browser.texts_of(d, '#events-feed tr[data-kind="replica_preempted"]'),
         "replica_preempted in the events feed",
     )
-    assert "us-east-r2" in feed[0].text
+    assert "us-east-r2" in feed[0]
     driver.switch_to.window(drills)
     browser.wait_for(
         driver,

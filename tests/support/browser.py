@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from selenium import webdriver
-from selenium.common.exceptions import StaleElementReferenceException
+from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import WebDriverWait
@@ -77,7 +77,28 @@ def wait_for(
 
 
 def text_of(driver: WebDriver, css: str) -> str:
-    return str(driver.find_element("css selector", css).text)
+    """The rendered text of the first element ``css`` matches, read in one script.
+
+    The live pages replace nodes as updates stream in.  An element found in one
+    WebDriver command can be gone by the next, when its text is asked for, and
+    Chrome then answers "Node with given id does not belong to the document" (not
+    a stale-element error that a wait would poll past).  One script finds and
+    reads the node in the same turn of the page's event loop.
+    """
+    text = driver.execute_script(_TEXT_OF_FIRST, css)
+    if text is None:
+        raise NoSuchElementException(f"no element matches {css!r}")
+    return str(text)
+
+
+def texts_of(driver: WebDriver, css: str) -> list[str]:
+    """The rendered text of every element ``css`` matches, read in one script (see
+    ``text_of``): empty while none does, so a wait can poll on it."""
+    return [str(text) for text in driver.execute_script(_TEXT_OF_ALL, css)]
+
+
+_TEXT_OF_FIRST = "const e = document.querySelector(arguments[0]); return e && e.innerText;"
+_TEXT_OF_ALL = "return Array.from(document.querySelectorAll(arguments[0]), (e) => e.innerText);"
 
 
 def start_console(group: ProcessGroup, env: dict[str, str]) -> str:
