@@ -245,6 +245,10 @@ cross-region at 9 replicas forwarded 14-15 % on seeds 1 and 3 and 0.2 % on seed
 The 2k-token system prompts of 8k-token caches stay over the share.
 So the balancer never holds a request past the wait limit for affinity: a
 holder is always an option.
+Opening the gate for a request whose home option would miss the SLO (its own
+wait, as ``miss`` reads it) forwarded more branches cold and served fewer in
+time (mixed ToT, seed 1: 84.50 to 83.92 on vLLM's engines over 10 s, 78.97 to
+75.52 at once; docs/results.md, *Where mixed ToT's misses are served*).
 
 Held-back peers: a peer that serves the model but reports no replica admitting
 (or a queue past τ) is no option under Algorithm 1, and a forward there waits in
