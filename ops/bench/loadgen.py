@@ -17,6 +17,15 @@ before the first token, and which the balancer only relays once the upstream
 produced it) and time to the end of the body.  A request succeeds when it gets
 HTTP 200 and, when streaming, a body that ends in ``data: [DONE]`` (the
 balancer ends a stream that failed mid-way with an error event instead).
+
+Connections stay alive between requests, but one left idle longer than
+``KEEPALIVE_EXPIRY_S`` is closed and opened anew before its next request, as
+httpx's pool does (``keepalive_expiry``).  Servers close idle connections
+after a few seconds (uvicorn's default, the balancer's and the emulated
+replicas': 5 s), and a request written onto one as it closes fails with no
+answer.  Against the backends directly, each worker keeps one connection per
+backend and uses each in turn, so on a slow machine some idled past 5 s and
+the direct baseline failed requests that no server had read.
 """
 
 from __future__ import annotations
@@ -30,6 +39,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 _DONE = b"data: [DONE]"
+# Below the idle timeout of every server the bench talks to (5 s; see above).
+KEEPALIVE_EXPIRY_S = 2.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,17 +78,27 @@ class HttpError(Exception):
 
 
 class _Connection:
-    """One keep-alive HTTP/1.1 connection to one target."""
+    """One keep-alive HTTP/1.1 connection to one target, reopened after idling
+    ``expiry_s`` (the server may be closing it)."""
 
-    def __init__(self, host: str, port: int) -> None:
+    def __init__(self, host: str, port: int, expiry_s: float = KEEPALIVE_EXPIRY_S) -> None:
         self.host, self.port = host, port
+        self.expiry_s = expiry_s
         self.reader: asyncio.StreamReader | None = None
         self.writer: asyncio.StreamWriter | None = None
+        self.idle_since = 0.0  # since it was opened or its last response ended
 
     async def ensure_open(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        if self.writer is not None and time.monotonic() - self.idle_since > self.expiry_s:
+            self.close()
         if self.reader is None or self.writer is None or self.writer.is_closing():
             self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
+            self.idle_since = time.monotonic()
         return self.reader, self.writer
+
+    def released(self) -> None:
+        """Its response was read whole: it idles from now."""
+        self.idle_since = time.monotonic()
 
     def close(self) -> None:
         if self.writer is not None:
@@ -144,6 +165,7 @@ async def _one(conn: _Connection, target: _Target, body: bytes, stream: bool) ->
     writer.write(target.head + b"Content-Length: %d\r\n\r\n" % len(body) + body)
     status, headers = await _read_head(reader)
     first, tail, size = await _read_body(reader, headers)
+    conn.released()
     if headers.get(b"connection", b"").lower() == b"close":
         conn.close()
     if status != 200:

@@ -8,6 +8,11 @@ balancer process spent (CPU seconds, share of one core, CPU milliseconds per
 request, peak RSS).  Phases
 repeated over several rounds are pooled: counts and wall time are summed and
 latency samples concatenated before any ratio or percentile is taken.
+
+A row's ``errors`` are the balancer's own failed requests; the direct phase's
+are kept apart (``direct_errors``), since that phase is the baseline every
+balancer of the cell shares, and a failure there is the backends' or the
+generator's, not a balancer's.
 """
 
 from __future__ import annotations
@@ -66,7 +71,7 @@ class Row:
     concurrency: int
     server: str
     requests: int
-    errors: int
+    errors: int  # the balancer's phases only
     direct_rps: float
     proxy_rps: float
     rps_ratio: float
@@ -83,6 +88,9 @@ class Row:
     balancer_rss_mib: float | None
     client_cpu_share: float  # of the proxied phases: is the generator near its limit?
     first_error: str
+    # The direct phases' failures (the shared baseline), reported apart.
+    direct_errors: int = 0
+    direct_first_error: str = ""
 
 
 def percentile(samples: Sequence[float], q: float) -> float:
@@ -111,7 +119,7 @@ def compare(mode: str, concurrency: int, server: str, direct: Pooled, proxy: Poo
         concurrency=concurrency,
         server=server,
         requests=proxy.ok,
-        errors=proxy.errors + direct.errors,
+        errors=proxy.errors,
         direct_rps=direct.rps,
         proxy_rps=proxy.rps,
         rps_ratio=_ratio(proxy.rps, direct.rps),
@@ -125,7 +133,9 @@ def compare(mode: str, concurrency: int, server: str, direct: Pooled, proxy: Poo
         balancer_cpu_ms_per_request=cpu * 1000 / proxy.ok if cpu is not None and proxy.ok else None,
         balancer_rss_mib=(proxy.server_rss_bytes / 2**20) if proxy.server_rss_bytes else None,
         client_cpu_share=proxy.client_cpu_s / wall,
-        first_error=proxy.first_error or direct.first_error,
+        first_error=proxy.first_error,
+        direct_errors=direct.errors,
+        direct_first_error=direct.first_error,
     )
 
 
@@ -159,7 +169,8 @@ def _cell(value: Any, fmt: str) -> str:
 
 
 def format_table(rows: Sequence[Row]) -> str:
-    """One aligned plain-text table (a header line, one line per row), then any errors."""
+    """One aligned plain-text table (a header line, one line per row), then any errors:
+    each balancer's, and the direct baseline's once per mode and concurrency."""
     cells = [[header for header, _, _ in COLUMNS]]
     cells += [[_cell(getattr(row, attr), fmt) for _, attr, fmt in COLUMNS] for row in rows]
     widths = [max(len(line[i]) for line in cells) for i in range(len(COLUMNS))]
@@ -167,6 +178,11 @@ def format_table(rows: Sequence[Row]) -> str:
              for line in cells]  # fmt: skip
     notes = [f"{r.mode} x{r.concurrency} {r.server}: {r.errors} failed, first: {r.first_error}"
              for r in rows if r.errors]  # fmt: skip
+    # The direct phase is shared by every balancer of its cell: noted once per cell.
+    failed_baselines = {(r.mode, r.concurrency): r for r in rows if r.direct_errors}
+    notes += [f"{mode} x{conc} {DIRECT} (the baseline): {r.direct_errors} failed, "
+              f"first: {r.direct_first_error}"
+              for (mode, conc), r in failed_baselines.items()]  # fmt: skip
     return "\n".join(lines + notes) + "\n"
 
 

@@ -77,6 +77,7 @@ def test_tiny_run_with_the_peers_gives_every_router_a_row(
     ]
     for row in data["rows"]:
         assert row["errors"] == 0, row["first_error"]
+        assert row["direct_errors"] == 0, row["direct_first_error"]
         assert row["requests"] == 6
         assert row["balancer_rss_mib"] > 0
     assert sorted(data["meta"]["idle_cpu_cores"]) == sorted(servers)

@@ -18,7 +18,7 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from ops.bench.proxy import _server_list
-from ops.bench.report import COLUMNS, Pooled, compare, percentile
+from ops.bench.report import COLUMNS, Pooled, compare, format_table, percentile
 from ops.embedded_redis import EmbeddedRedis
 from tests.support.commands import run_command
 
@@ -48,6 +48,7 @@ def test_tiny_run_prints_every_row_and_every_request_succeeds(
     assert len(rows) == 8
     for row in rows:
         assert row["errors"] == 0, row["first_error"]
+        assert row["direct_errors"] == 0, row["direct_first_error"]
         assert row["requests"] == 6
         assert row["rps_ratio"] > 0 and row["tokens_ratio"] > 0
         assert row["balancer_cpu_s"] is not None and row["balancer_rss_mib"] > 0
@@ -79,6 +80,25 @@ def test_percentiles_are_nearest_rank_and_rows_subtract_the_direct_baseline() ->
     assert row.balancer_cpu_share == pytest.approx(0.25)
     assert row.balancer_cpu_ms_per_request == pytest.approx(50)
     assert row.balancer_rss_mib == pytest.approx(100)
+
+
+def test_the_direct_baselines_failures_are_reported_apart_once_per_cell() -> None:
+    base = {"elapsed_s": 1.0, "tokens": 640, "client_cpu_s": 0.1,
+            "ttft_s": [0.001] * 10, "e2e_s": [0.010] * 10}  # fmt: skip
+    direct, clean, failing = Pooled(), Pooled(), Pooled()
+    direct.add({**base, "ok": 8, "errors": 2, "first_error": "IncompleteReadError"}, None)
+    clean.add({**base, "ok": 10, "errors": 0, "first_error": ""}, (0.5, 2**20))
+    failing.add({**base, "ok": 9, "errors": 1, "first_error": "HTTP 502: upstream"}, (0.5, 2**20))
+    rows = [compare("stream", 4, "uvicorn", direct, clean),
+            compare("stream", 4, "bare", direct, failing)]  # fmt: skip
+
+    assert [(r.errors, r.first_error) for r in rows] == [(0, ""), (1, "HTTP 502: upstream")]
+    assert all((r.direct_errors, r.direct_first_error) == (2, "IncompleteReadError") for r in rows)
+    notes = format_table(rows).splitlines()[len(rows) + 1 :]
+    assert notes == [
+        "stream x4 bare: 1 failed, first: HTTP 502: upstream",
+        "stream x4 direct (the baseline): 2 failed, first: IncompleteReadError",
+    ]
 
 
 def test_servers_are_a_comma_separated_list_and_unknown_ones_are_refused() -> None:
