@@ -58,7 +58,7 @@ class IdleClosingServer:
                 await writer.drain()
                 answered_at = loop.time()
         except (asyncio.IncompleteReadError, ConnectionError):
-            pass
+            return  # the client closed or reset the connection: nothing left to answer
         finally:
             writer.close()
 
