@@ -65,6 +65,13 @@ Terms (seconds unless said), and where each number comes from:
   nearly free to the fleet, so the model gave up hits (and forwarded) to save
   a little of its own TTFT; in a closed loop that recomputation is what caps
   throughput.
+  ``D(r)`` counts no request still waiting for its first token, so a replica
+  prefilling long prompts stays cheap for the next one (Azure at 4x its rate:
+  14 of 16 4k-token prompts went to three replicas).  Counting those as
+  decoders too (they decode by the time this prefill runs) took Azure's TTFT
+  p90 from 1.20 to 1.05 s but lost Mooncake's hits (hit/bound 0.99 to 0.87:
+  a document's holder is where its prompts queue); not kept (docs/results.md,
+  *The two traces replayed faster*).
 * ``pressure(r)``: PreServe's load anticipation (§4.3.1): ``K(r)``, the KV
   tokens ``r`` will hold over the next ``lookahead_tokens`` decode steps, is
   the sum over its in-flight requests of ``U + min(predicted output,
