@@ -138,7 +138,7 @@ def summarize(run: SimRun, label: str = "", ttft_slo_s: float = DEFAULT_TTFT_SLO
     cached = sum(r.cached_tokens for r in ok)
     waits = [r.journey.queue_wait for r in records if r.done_at is not None]
     rejected = sum(1 for r in records if r.done_at is not None and r.status == STATUS_REJECTED)
-    good = sum(1 for r in ok if _in_slo(r, ttft_slo_s))
+    good = sum(1 for r in ok if in_slo(r, ttft_slo_s))
     bounds = _bounds(run, prompt)
     hit_rate = cached / prompt if prompt else 0.0
     return Summary(
@@ -167,7 +167,7 @@ def summarize(run: SimRun, label: str = "", ttft_slo_s: float = DEFAULT_TTFT_SLO
         dropped=len(records) - len(ok) - rejected,
         ttft_slo_s=ttft_slo_s,
         slo_attainment=good / len(records) if records else 0.0,
-        goodput_rps=sum(1 for r in in_window if _in_slo(r, ttft_slo_s)) / window,
+        goodput_rps=sum(1 for r in in_window if in_slo(r, ttft_slo_s)) / window,
         bound_infinite=bounds.infinite,
         bound_hit_rate=bounds.pooled,
         hit_of_bound=share_of_bound(hit_rate, bounds.pooled),
@@ -247,7 +247,8 @@ def _load_end(config: SimConfig, run_end_s: float) -> float:
     return min(config.warmup_s + config.duration_s, run_end_s)
 
 
-def _in_slo(record: RequestRecord, ttft_slo_s: float) -> bool:
+def in_slo(record: RequestRecord, ttft_slo_s: float) -> bool:
+    """Answered with its first token within the SLO: what goodput counts."""
     return record.ok and record.ttft is not None and record.ttft <= ttft_slo_s
 
 

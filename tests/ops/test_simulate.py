@@ -107,6 +107,30 @@ def test_reports_go_under_var_dir_by_default(tmp_path: Path, settings: Any) -> N
     assert f"report: {page}" in text
 
 
+def test_records_hold_every_request_of_every_run(tmp_path: Path) -> None:
+    records, summaries = tmp_path / "requests.jsonl", tmp_path / "s.json"
+    simulate(
+        *SMALL, "--policies", "rr,meridian", "--ttft-slo", "0.5",
+        "--report", str(tmp_path / "r.html"), "--json", str(summaries),
+        "--records", str(records),
+    )  # fmt: skip
+    rows = [json.loads(line) for line in records.read_text().splitlines()]
+    data = json.loads(summaries.read_text())
+    # One line per request, run by run in the order they ran.
+    assert [row["run"] for row in rows] == [d["label"] for d in data for _ in range(d["issued"])]
+    for d in data:
+        mine = [row for row in rows if row["run"] == d["label"]]
+        assert sum(row["met_slo"] for row in mine) == round(d["slo_attainment"] * d["issued"])
+        assert sum(row["cached_tokens"] for row in mine) == d["cached_tokens"]
+
+
+def test_an_unwritable_records_path_fails_before_any_run(tmp_path: Path) -> None:
+    report, missing = tmp_path / "r.html", tmp_path / "missing" / "requests.jsonl"
+    with pytest.raises(CommandError, match="cannot write --records"):
+        simulate(*SMALL, "--report", str(report), "--records", str(missing))
+    assert not list(tmp_path.iterdir())  # no report: nothing ran
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

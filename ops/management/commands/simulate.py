@@ -9,7 +9,8 @@ rejections and drops counted as misses), with throughput, TTFT and end-to-end
 p50/p90/p99, KV hit rate and its oracle bound, outstanding variance, share
 forwarded and queue waits, and saves a plotly report under
 ``VAR_DIR/simulations/`` (or ``--report``).  A progress bar per run shows on a
-terminal unless ``--no-progress``.
+terminal unless ``--no-progress``.  ``--records PATH`` also writes every request of
+every run as one JSON line (``sim.des.records``): which missed, where each went.
 The simulation itself is ``sim.des``; this command only parses and prints.
 """
 
@@ -18,8 +19,9 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+from contextlib import ExitStack
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
@@ -40,6 +42,7 @@ from sim.des.plan import (
     execute,
     with_engine,
 )
+from sim.des.records import request_rows
 from sim.des.report import format_table, save_report
 from sim.des.world import SimRun, SliceHook
 from sim.engine import PROFILES
@@ -49,6 +52,9 @@ from sim.workloads import TraceFormatError, WorkloadSpecError
 
 class Command(BaseCommand):
     help = "Simulate routing policies in virtual time on the real routing core and engine model."
+    # Where ``--records`` goes while the runs last, and the SLO its rows are judged by.
+    records: TextIO | None = None
+    ttft_slo_s: float = DEFAULT_TTFT_SLO_S
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
@@ -117,18 +123,29 @@ class Command(BaseCommand):
         )
         parser.add_argument("--report", type=Path, help="HTML path (default: VAR_DIR/simulations/)")
         parser.add_argument("--json", type=Path, help="also write the summaries as JSON")
+        parser.add_argument(
+            "--records",
+            type=Path,
+            help="also write every request of every run as JSON Lines (sim.des.records)",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         if options["ttft_slo"] <= 0:
             raise CommandError("--ttft-slo must be positive")
         self.bar: BudgetBar | None = None
+        self.ttft_slo_s = options["ttft_slo"]
         stream = raw_stream(self.stderr)
         watch = self.watch if bars_wanted(stream, disabled=options["no_progress"]) else None
-        try:
-            plan = self.plan(options)
-            summaries = execute(plan, self.progress, ttft_slo_s=options["ttft_slo"], watch=watch)
-        except (SimConfigError, UnknownPolicyError, WorkloadSpecError, TraceFormatError) as exc:
-            raise CommandError(str(exc)) from exc
+        with ExitStack() as stack:
+            # Opened before the runs: a path that cannot be written fails now, not after them.
+            if options["records"] is not None:
+                self.records = stack.enter_context(_open_for_writing(options["records"]))
+            stack.callback(setattr, self, "records", None)
+            try:
+                plan = self.plan(options)
+                summaries = execute(plan, self.progress, ttft_slo_s=self.ttft_slo_s, watch=watch)
+            except (SimConfigError, UnknownPolicyError, WorkloadSpecError, TraceFormatError) as exc:
+                raise CommandError(str(exc)) from exc
         self.stdout.write(format_table(summaries))
         shown = {k: v for k, v in options.items() if k in _SHOWN and v is not None}
         path = save_report(settings.VAR_DIR, plan.title, shown, summaries, options["report"])
@@ -164,11 +181,21 @@ class Command(BaseCommand):
         if self.bar is not None:
             self.bar.close()
             self.bar = None
+        if self.records is not None:
+            for row in request_rows(label, run, self.ttft_slo_s):
+                self.records.write(json.dumps(row) + "\n")
         stats = run.stats
         self.stderr.write(
             f"{label}: {summary.issued} requests, {summary.makespan_s:.0f} virtual s "
             f"in {stats.wall_s:.1f} wall s ({stats.events} events)"
         )
+
+
+def _open_for_writing(path: Path) -> TextIO:
+    try:
+        return path.open("w", encoding="utf-8")
+    except OSError as exc:
+        raise CommandError(f"cannot write --records {path}: {exc.strerror}") from exc
 
 
 def _param(raw: str) -> tuple[str, Any]:
