@@ -67,7 +67,7 @@ Terms (seconds unless said), and where each number comes from:
   throughput.
   ``D(r)`` counts no request still waiting for its first token, so a replica
   prefilling long prompts stays cheap for the next one (Azure at 4x its rate:
-  14 of 16 4k-token prompts went to three replicas).  Counting those as
+  16 of 18 4k-token prompts sent in 25 s went to three replicas).  Counting those as
   decoders too (they decode by the time this prefill runs) took Azure's TTFT
   p90 from 1.20 to 1.05 s but lost Mooncake's hits (hit/bound 0.99 to 0.87:
   a document's holder is where its prompts queue); not kept (docs/results.md,
