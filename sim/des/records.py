@@ -21,12 +21,10 @@ def request_rows(label: str, run: SimRun, ttft_slo_s: float) -> Iterator[dict[st
     """One row per request ``run`` issued, in the order clients sent them."""
     start = min((r.sent_at for r in run.records), default=0.0)
     for record in sorted(run.records, key=lambda r: (r.sent_at, r.request_id)):
-        yield request_row(label, record, start, ttft_slo_s)
+        yield _row(label, record, start, ttft_slo_s)
 
 
-def request_row(
-    label: str, record: RequestRecord, start: float, ttft_slo_s: float
-) -> dict[str, Any]:
+def _row(label: str, record: RequestRecord, start: float, ttft_slo_s: float) -> dict[str, Any]:
     journey = record.journey
     started = journey.engine_started_at
     return {

@@ -19,7 +19,8 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-from contextlib import ExitStack
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -52,9 +53,6 @@ from sim.workloads import TraceFormatError, WorkloadSpecError
 
 class Command(BaseCommand):
     help = "Simulate routing policies in virtual time on the real routing core and engine model."
-    # Where ``--records`` goes while the runs last, and the SLO its rows are judged by.
-    records: TextIO | None = None
-    ttft_slo_s: float = DEFAULT_TTFT_SLO_S
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
@@ -133,19 +131,17 @@ class Command(BaseCommand):
         if options["ttft_slo"] <= 0:
             raise CommandError("--ttft-slo must be positive")
         self.bar: BudgetBar | None = None
-        self.ttft_slo_s = options["ttft_slo"]
+        slo_s = options["ttft_slo"]
         stream = raw_stream(self.stderr)
         watch = self.watch if bars_wanted(stream, disabled=options["no_progress"]) else None
-        with ExitStack() as stack:
+        try:
+            plan = self.plan(options)
             # Opened before the runs: a path that cannot be written fails now, not after them.
-            if options["records"] is not None:
-                self.records = stack.enter_context(_open_for_writing(options["records"]))
-            stack.callback(setattr, self, "records", None)
-            try:
-                plan = self.plan(options)
-                summaries = execute(plan, self.progress, ttft_slo_s=self.ttft_slo_s, watch=watch)
-            except (SimConfigError, UnknownPolicyError, WorkloadSpecError, TraceFormatError) as exc:
-                raise CommandError(str(exc)) from exc
+            with _records_file(options["records"]) as records:
+                progress = self.progress_writing(records, slo_s)
+                summaries = execute(plan, progress, ttft_slo_s=slo_s, watch=watch)
+        except (SimConfigError, UnknownPolicyError, WorkloadSpecError, TraceFormatError) as exc:
+            raise CommandError(str(exc)) from exc
         self.stdout.write(format_table(summaries))
         shown = {k: v for k, v in options.items() if k in _SHOWN and v is not None}
         path = save_report(settings.VAR_DIR, plan.title, shown, summaries, options["report"])
@@ -177,13 +173,23 @@ class Command(BaseCommand):
         )
         return lambda virtual_s, sent: bar.advance(virtual_s, sent, f"{sent} requests")
 
+    def progress_writing(
+        self, records: TextIO | None, ttft_slo_s: float
+    ) -> Callable[[str, SimRun, Summary], None]:
+        """``progress``, and each run's requests written to ``records`` as it ends."""
+
+        def progress(label: str, run: SimRun, summary: Summary) -> None:
+            self.progress(label, run, summary)
+            if records is not None:
+                rows = request_rows(label, run, ttft_slo_s)
+                records.writelines(json.dumps(row) + "\n" for row in rows)
+
+        return progress
+
     def progress(self, label: str, run: SimRun, summary: Summary) -> None:
         if self.bar is not None:
             self.bar.close()
             self.bar = None
-        if self.records is not None:
-            for row in request_rows(label, run, self.ttft_slo_s):
-                self.records.write(json.dumps(row) + "\n")
         stats = run.stats
         self.stderr.write(
             f"{label}: {summary.issued} requests, {summary.makespan_s:.0f} virtual s "
@@ -191,7 +197,10 @@ class Command(BaseCommand):
         )
 
 
-def _open_for_writing(path: Path) -> TextIO:
+def _records_file(path: Path | None) -> AbstractContextManager[TextIO | None]:
+    """``--records``' file, opened for writing (nothing when it is not asked for)."""
+    if path is None:
+        return nullcontext()
     try:
         return path.open("w", encoding="utf-8")
     except OSError as exc:
