@@ -131,6 +131,13 @@ def test_an_unwritable_records_path_fails_before_any_run(tmp_path: Path) -> None
     assert not list(tmp_path.iterdir())  # no report: nothing ran
 
 
+def test_a_bad_option_leaves_no_records_file(tmp_path: Path) -> None:
+    records = tmp_path / "requests.jsonl"
+    with pytest.raises(CommandError, match="unknown policy 'nope'"):
+        simulate(*SMALL, "--policies", "nope", "--records", str(records))
+    assert not records.exists()  # the plan failed before the file was opened
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
