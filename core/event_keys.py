@@ -34,11 +34,21 @@ from typing import Protocol
 
 from core.block_identity import BlockIdentityMode, BlockScheme
 from core.blocks import block_hashes
-from core.cache_map import CacheMap
 from core.kv_events import CLEARED, REMOVED, STORED, CacheEvent
 
 DEFAULT_MAX_MAPPED_BLOCKS = 1 << 20
 PREFIX_CACHE_MEDIUMS = frozenset({None, "GPU"})
+
+
+class CacheEventSink(Protocol):
+    """What keeps a replica's holdings from its events: the ``cache_map`` policy's
+    ``CacheMap``, or the ``meridian`` policy's radix tree (``TreeEvictions``)."""
+
+    def apply_stored(self, replica: str, block_hashes: Sequence[int]) -> None: ...
+
+    def apply_removed(self, replica: str, block_hashes: Sequence[int]) -> None: ...
+
+    def clear(self, replica: str) -> None: ...
 
 
 class EventKeys(Protocol):
@@ -178,7 +188,7 @@ class Applied:
 
 
 def apply_events(
-    cache_map: CacheMap, replica: str, events: Iterable[CacheEvent], keys: EventKeys
+    cache_map: CacheEventSink, replica: str, events: Iterable[CacheEvent], keys: EventKeys
 ) -> Applied:
     """Apply ``events`` in order for ``replica``, keyed by ``keys``."""
     removed: list[int] = []

@@ -22,13 +22,23 @@ slack amortises the scan over many insertions, as SGLang's periodic eviction
 thread does); the last leaf is cut rather than dropped whole when only part of
 it must go, and a node left with no tenant is removed.  Total size is thus at
 most tenants x bound blocks.
+
+What the engines evict (``release``): where the engines publish KV events
+(vLLM's ``BlockRemoved``), the tree need not guess.  A tree built with
+``index_blocks`` keeps a map from each block hash to the node whose edge holds
+it, so a removed block cuts its engine's hold from that block down: an engine
+that evicted a block can no longer serve a prefix through it.  Block hashes are
+chained (each names its whole prefix), so a hash sits in one place in the tree.
+Trees without the index (SGLang's, which never hears of evictions) pay nothing
+for it.
 """
 
 from __future__ import annotations
 
 import heapq
+from collections import deque
 from collections.abc import Collection, Iterable, Sequence
-from itertools import count
+from itertools import count, repeat
 
 
 class RadixNode:
@@ -64,13 +74,18 @@ def common_prefix(edge: tuple[int, ...], seq: tuple[int, ...], start: int) -> in
 class RadixTree:
     """A compressed prefix tree of block hashes with per-tenant LRU eviction."""
 
-    def __init__(self, max_blocks_per_tenant: int, evict_fraction: float = 0.1) -> None:
+    def __init__(
+        self, max_blocks_per_tenant: int, evict_fraction: float = 0.1, *, index_blocks: bool = False
+    ) -> None:
         if max_blocks_per_tenant < 1:
             raise ValueError("max_blocks_per_tenant must be at least 1")
         if not 0.0 <= evict_fraction < 1.0:
             raise ValueError("evict_fraction must be within [0, 1)")
         self.max_blocks_per_tenant = max_blocks_per_tenant
+        self.evict_fraction = evict_fraction
         self.low_water = int(max_blocks_per_tenant * (1.0 - evict_fraction))
+        # Tenants with a bound of their own (``set_bound``): blocks, low-water mark.
+        self._bounds: dict[str, tuple[int, int]] = {}
         self.root = RadixNode((), None)
         self._tick = 0
         # Bumped by every change of what any tenant holds (insert, eviction, removal):
@@ -79,6 +94,8 @@ class RadixTree:
         self._sizes: dict[str, int] = {}
         # Reverse index: the nodes each tenant holds, for eviction and removal.
         self._nodes: dict[str, dict[RadixNode, None]] = {}
+        # Block hash -> the node whose edge holds it (``release``); None: not kept.
+        self._where: dict[int, RadixNode] | None = {} if index_blocks else None
 
     def size(self, tenant: str) -> int:
         """Blocks ``tenant`` holds in the tree (SGLang's per-tenant tree size)."""
@@ -102,6 +119,8 @@ class RadixTree:
             child = node.children.get(seq[i])
             if child is None:
                 child = node.children[seq[i]] = RadixNode(seq[i:], node)
+                if self._where is not None:
+                    self._where.update(dict.fromkeys(child.edge, child))
                 self._hold(child, tenant)
                 break
             k = common_prefix(child.edge, seq, i)
@@ -109,8 +128,16 @@ class RadixTree:
                 child = self._split(child, k)
             self._hold(child, tenant)
             node, i = child, i + k
-        if self._sizes[tenant] > self.max_blocks_per_tenant:
-            self._evict(tenant, self.low_water)
+        bound, low_water = self._bounds.get(tenant, (self.max_blocks_per_tenant, self.low_water))
+        if self._sizes[tenant] > bound:
+            self._evict(tenant, low_water)
+
+    def set_bound(self, tenant: str, max_blocks: int) -> None:
+        """Bound ``tenant`` at ``max_blocks`` instead of the tree's bound (from its next
+        insertion on)."""
+        if max_blocks < 1:
+            raise ValueError("max_blocks must be at least 1")
+        self._bounds[tenant] = (max_blocks, int(max_blocks * (1.0 - self.evict_fraction)))
 
     def match(self, hashes: Sequence[int], available: Collection[str]) -> tuple[int, set[str]]:
         """Blocks of the longest prefix an available tenant holds, and those tenants."""
@@ -168,10 +195,34 @@ class RadixTree:
                 self._detach(node)
         self._sizes.pop(tenant, None)
 
+    def release(self, tenant: str, hashes: Iterable[int]) -> int:
+        """``tenant``'s engine evicted ``hashes``: it holds neither them nor anything
+        after them on their paths any more.  Returns the blocks it stopped holding.
+
+        Needs ``index_blocks``.  Hashes the tree does not hold for ``tenant`` (never
+        routed there, already cut, or forgotten by the tree's own bound) are skipped.
+        """
+        if self._where is None:
+            raise RuntimeError("release needs a tree built with index_blocks=True")
+        dropped = 0
+        for block in hashes:
+            node = self._holder_of(block)
+            if node is None or tenant not in node.tenants:
+                continue
+            offset = node.edge.index(block)
+            if offset:
+                self._split(node, offset)  # the blocks above the evicted one stay held
+            dropped += self._drop_below(node, tenant)
+        if dropped:
+            self.version += 1
+        return dropped
+
     def retain_tenants(self, tenant_ids: Iterable[str]) -> None:
         keep = frozenset(tenant_ids)
         for tenant in [t for t in self._sizes if t not in keep]:
             self.remove_tenant(tenant)
+        for tenant in [t for t in self._bounds if t not in keep]:
+            del self._bounds[tenant]
 
     def held_paths(self, wanted: Collection[str]) -> list[tuple[int, int, RadixNode]]:
         """Every node some tenant in ``wanted`` holds, as ``(tick, depth, node)``:
@@ -210,7 +261,35 @@ class RadixTree:
         parent.children[upper.edge[0]] = upper
         for tenant in upper.tenants:
             self._nodes[tenant][upper] = None
+        # The index is left alone: the upper half's blocks still name the lower node,
+        # and ``_holder_of`` walks up from it (re-filing them cost a long leaf's length
+        # on every partial eviction).
         return upper
+
+    def _holder_of(self, block: int) -> RadixNode | None:
+        """The node whose edge holds ``block``: the one the index names, or an
+        ancestor of it where the edge was split since (a detached node keeps its
+        parent for this; its own blocks left the index with it)."""
+        assert self._where is not None
+        node = self._where.get(block)
+        while node is not None and block not in node.edge:
+            node = node.parent
+        return node
+
+    def _drop_below(self, top: RadixNode, tenant: str) -> int:
+        """Remove ``tenant`` from ``top`` and every node under it; the blocks dropped."""
+        dropped = 0
+        nodes = self._nodes[tenant]
+        stack = [top]
+        while stack:
+            node = stack.pop()
+            stack.extend(c for c in node.children.values() if tenant in c.tenants)
+            del node.tenants[tenant], nodes[node]
+            dropped += len(node.edge)
+            if not node.tenants:
+                self._detach(node)
+        self._sizes[tenant] -= dropped
+        return dropped
 
     def _is_leaf_of(self, node: RadixNode, tenant: str) -> bool:
         return not any(tenant in c.tenants for c in node.children.values())
@@ -238,9 +317,13 @@ class RadixTree:
             if parent is not None and parent is not self.root and self._is_leaf_of(parent, tenant):
                 heapq.heappush(heap, (parent.tenants[tenant], next(order), parent))
 
-    @staticmethod
-    def _detach(node: RadixNode) -> None:
+    def _detach(self, node: RadixNode) -> None:
+        """Cut ``node`` from its parent.  It keeps its ``parent`` pointer: index entries
+        of the blocks split off above it still name it, and lead up from it."""
         parent = node.parent
         if parent is not None and parent.children.get(node.edge[0]) is node:
             del parent.children[node.edge[0]]
-        node.parent = None
+        if self._where is not None:
+            # A chained hash sits in one place in the tree: this edge's entries are
+            # this node's.  map into a zero-length deque drops them in C.
+            deque(map(self._where.pop, node.edge, repeat(None)), maxlen=0)

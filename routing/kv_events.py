@@ -58,7 +58,7 @@ import zmq.asyncio
 
 from core.block_identity import BlockScheme, ModelBlockSchemes
 from core.engine_metrics import EngineLoad
-from core.event_keys import EventKeys, apply_events, keys_for
+from core.event_keys import CacheEventSink, EventKeys, apply_events, keys_for
 from core.kv_events import (
     CacheEvent,
     EventBatch,
@@ -77,6 +77,7 @@ from core.kv_stream_health import (
     replay_heals,
 )
 from core.policies.cache_map import CacheMapPolicy
+from core.policies.meridian import MeridianPolicy
 from core.router import LocalRouter
 from routing.kv_discovery import Discovered, discover, from_config
 from routing.kv_health import KVStreamHealth
@@ -163,12 +164,21 @@ class KVEventConsumer:
         policy = self.router.policy(model)
         return policy if isinstance(policy, CacheMapPolicy) else None
 
+    def sink(self, model: str) -> CacheEventSink | None:
+        """Where ``model``'s events go: a ``cache_map`` policy's map, or a ``meridian``
+        policy's radix tree where it follows the engines (``tree_from_kv_events``)."""
+        policy = self.router.policy(model)
+        if isinstance(policy, CacheMapPolicy):
+            return policy.cache_map
+        return policy.kv_sink if isinstance(policy, MeridianPolicy) else None
+
     def tracked(self) -> dict[str, tuple[str, str]]:
-        """Owned replicas of ``cache_map`` services: name -> (url, configured endpoint)."""
+        """Owned replicas of services that take KV events (``sink``): name -> (url,
+        configured endpoint)."""
         wanted: dict[str, tuple[str, str]] = {}
         for target in self.router.targets():
             spec = self.router.model_spec(target.model)
-            if spec is None or self.cache_map_policy(target.model) is None:
+            if spec is None or self.sink(target.model) is None:
                 continue
             try:
                 endpoints, _ = split_kv_event_params(spec.policy_params)
@@ -273,26 +283,26 @@ class KVEventConsumer:
             if not stream.pending or stream.replica in self._syncing:
                 continue
             target = self.router.target(stream.replica)
-            policy = self.cache_map_policy(target.model) if target is not None else None
+            sink = self.sink(target.model) if target is not None else None
             batches, stream.pending = stream.pending, []
-            if policy is None or target is None:
+            if sink is None or target is None:
                 continue
-            keys = self.keys_of(policy, stream.replica, self.schemes.scheme(target.model))
+            keys = self.keys_of(sink, stream.replica, self.schemes.scheme(target.model))
             orphans = 0
             for batch in batches:
-                applied = apply_events(policy.cache_map, stream.replica, batch.events, keys)
+                applied = apply_events(sink, stream.replica, batch.events, keys)
                 self.applied += applied.events
                 orphans += applied.orphans
             if orphans:
                 self._orphaned(stream.replica, orphans)
 
-    def keys_of(self, policy: CacheMapPolicy, replica: str, scheme: BlockScheme) -> EventKeys:
+    def keys_of(self, sink: CacheEventSink, replica: str, scheme: BlockScheme) -> EventKeys:
         """The replica's event keying under ``scheme``; a changed scheme starts afresh
         (keys of the old scheme would never match a request again)."""
         keys = self.keys.get(replica)
         if keys is None or not keys.serves(scheme):
             if keys is not None:
-                policy.cache_map.clear(replica)
+                sink.clear(replica)
             keys = self.keys[replica] = keys_for(scheme)
         return keys
 
@@ -346,9 +356,9 @@ class KVEventConsumer:
         # Forget everything believed of the replica, and what is queued from before
         # the loss too (a lost message may have undone it); what came after is true.
         stream.pending = [b for b in stream.pending if b.sequence > start]
-        policy = self._policy_of(stream.replica)
-        if policy is not None:
-            policy.cache_map.clear(stream.replica)
+        sink = self._sink_of(stream.replica)
+        if sink is not None:
+            sink.clear(stream.replica)
         self.flush(stream.replica)
         return True
 
@@ -375,9 +385,9 @@ class KVEventConsumer:
         self.flush(stream.replica)
         return True
 
-    def _policy_of(self, replica: str) -> CacheMapPolicy | None:
+    def _sink_of(self, replica: str) -> CacheEventSink | None:
         target = self.router.target(replica)
-        return self.cache_map_policy(target.model) if target is not None else None
+        return self.sink(target.model) if target is not None else None
 
     # -- health ----------------------------------------------------------------------------
 
@@ -392,8 +402,13 @@ class KVEventConsumer:
     # -- anti-entropy --------------------------------------------------------------------
 
     async def sync_all(self) -> dict[str, SyncResult]:
-        """Replace what the map believes of every tracked replica by its snapshot."""
-        names = sorted(self.tracked())
+        """Replace what the map believes of every tracked replica by its snapshot (a
+        ``meridian`` tree is not synced: it holds paths, and a snapshot names blocks)."""
+        names = sorted(
+            name
+            for name in self.tracked()
+            if (target := self.router.target(name)) and self.cache_map_policy(target.model)
+        )
         results = await asyncio.gather(*(self.sync_replica(n) for n in names))
         return dict(zip(names, results, strict=True))
 
@@ -437,7 +452,7 @@ class KVEventConsumer:
         self, policy: CacheMapPolicy, replica: str, scheme: BlockScheme, snapshot: Snapshot
     ) -> SyncResult:
         """No await in here: the map and the queue change together (the loop's one turn)."""
-        keys = self.keys_of(policy, replica, scheme)
+        keys = self.keys_of(policy.cache_map, replica, scheme)
         held = keys.resync(snapshot.blocks, snapshot.stored)
         policy.cache_map.sync(replica, held)
         self.syncs += 1

@@ -9,6 +9,7 @@ cold replicas (``core.policies.meridian_book``).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from core.types import RTT_KEY, TargetState
@@ -48,6 +49,13 @@ class MeridianConfig:
     harm_weight: float = 1.0
     block_tokens: int = 16
     max_blocks_per_target: int = 2048
+    # Keep the radix tree by the engines' KV events where they publish them: a removed
+    # block cuts its engine's hold (``RadixTree.release``), and a prompt's path is
+    # re-inserted when its engine stores it (first token) and frees it (finish), the
+    # engine's own recency.  A replica's bound then only caps memory, at twice
+    # ``max_blocks_per_target``, from its first event on; one whose engine is silent
+    # keeps the tree's own guess.
+    tree_from_kv_events: bool = False
     ewma_alpha: float = 0.2
     min_sample_tokens: int = 64
     # Waiting stays an option only this long, so it never becomes a timeout.
@@ -121,6 +129,10 @@ class InFlight:
     kv_tokens: int
     queued_ahead: int
     prefilled: bool = False
+    # Its prompt's block hashes, kept only where the tree follows KV events: until its
+    # first token the engine has not stored them, so no eviction reported meanwhile
+    # (of an older copy) may cut them from the tree.
+    blocks: Sequence[int] = ()
 
 
 @dataclass(slots=True)

@@ -23,10 +23,11 @@ this module has no copy of them.  It keeps the clock and the transport:
 * ``routing.peers.AvailabilityPoller``: polls every peer's heartbeat every
   ``availability_interval_s``; a report is built at the peer when the poll
   arrives and recorded one way later (staleness = half an RTT at least);
-* ``routing.kv_events``, for a ``cache_map`` service: each replica's KV events
+* ``routing.kv_events``, for a ``cache_map`` service or a ``meridian`` one whose
+  tree follows the engines (``tree_from_kv_events``): each replica's KV events
   (published after every engine step) arrive one way later, wait in the queue
   for the next ``kv_events_batch_s`` tick and are applied to the policy's cache
-  map by ``core.event_keys.apply_events``, keyed as a ``token_ids``
+  map (or tree) by ``core.event_keys.apply_events``, keyed as a ``token_ids``
   balancer keys them (``RebuiltKeys``, Meridian's own chain): the cache map
   follows the engines as in production, instead of living on speculation.
 """
@@ -43,12 +44,13 @@ from core.blocks import DEFAULT_SEED
 from core.breaker import BreakerConfig
 from core.dispatch import Decision, DispatchCore, Failure, Refuse, Send, Ticket, Wait
 from core.engine_metrics import EngineLoad
-from core.event_keys import RebuiltKeys, apply_events
+from core.event_keys import CacheEventSink, RebuiltKeys, apply_events
 from core.kv_events import CacheEvent
 from core.load_forecast import LoadForecast
 from core.peers import Heartbeat
 from core.pending_queue import RegionalQueues
 from core.policies.cache_map import CacheMapPolicy
+from core.policies.meridian import MeridianPolicy
 from core.policy import Policy
 from core.registry import build_policy, remote_policy_name
 from core.remote import Placement, RemoteRouter, availability_report
@@ -341,9 +343,12 @@ class SimBalancer:
 
     # -- KV events (routing.kv_events) -------------------------------------------------
 
-    def cache_map_policy(self, model: str) -> CacheMapPolicy | None:
+    def kv_sink(self, model: str) -> CacheEventSink | None:
+        """Where ``model``'s policy takes KV events; None: it does not."""
         policy = self.router.policy(model)
-        return policy if isinstance(policy, CacheMapPolicy) else None
+        if isinstance(policy, CacheMapPolicy):
+            return policy.cache_map
+        return policy.kv_sink if isinstance(policy, MeridianPolicy) else None
 
     def kv_events_arrive(self, replica: str, model: str, events: tuple[CacheEvent, ...]) -> None:
         """A replica's step published ``events``: they travel one way, then wait for
@@ -355,11 +360,11 @@ class SimBalancer:
         self.loop.call_at(applied_at, self._apply_kv_events, replica, model, events)
 
     def _apply_kv_events(self, replica: str, model: str, events: tuple[CacheEvent, ...]) -> None:
-        policy = self.cache_map_policy(model)
-        if policy is None:
+        sink = self.kv_sink(model)
+        if sink is None:
             return
         keys = self._kv_keys.setdefault(replica, RebuiltKeys(DEFAULT_SEED))
-        self.kv_events_applied += apply_events(policy.cache_map, replica, events, keys).events
+        self.kv_events_applied += apply_events(sink, replica, events, keys).events
 
     # -- probes (routing.prober) and peer polls (routing.peers) ----------------------
 

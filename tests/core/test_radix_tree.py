@@ -87,3 +87,89 @@ def test_match_depths_gives_every_wanted_tenant_its_own_depth() -> None:
     assert depths == {"deep": 10, "shallow": 4, "fork": 6}
     assert tree.match_depths(doc, {"shallow"}) == {"shallow": 4}
     assert tree.match_depths((7, 8), {"deep"}) == {}
+
+
+def chained(path: list[int]) -> tuple[int, ...]:
+    """``path`` as chained block hashes: each names its whole prefix, as the engines' do."""
+    out: list[int] = []
+    parent = 0
+    for token in path:
+        parent = hash((parent, token))
+        out.append(parent)
+    return tuple(out)
+
+
+def test_release_cuts_the_tenant_from_the_evicted_block_down() -> None:
+    tree = RadixTree(1000, index_blocks=True)
+    system = prefix(1, 4)
+    doc = prefix(2, 6, system)
+    tree.insert(doc, "a")
+    tree.insert(doc, "b")
+    tree.insert(prefix(3, 2, system), "a")  # a second branch under the shared system prompt
+    version = tree.version
+    assert tree.release("a", [doc[6]]) == 4  # blocks 6..9 of the document
+    assert tree.version > version
+    assert tree.match(doc, {"a"}) == (6, {"a"})
+    assert tree.match(doc, {"b"}) == (10, {"b"})  # another engine's copy is untouched
+    assert tree.match(prefix(3, 2, system), {"a"})[0] == 6
+    assert tree.size("a") == 8
+    # Evicting the shared system prompt takes every branch below it with it.
+    assert tree.release("a", [system[0]]) == 8
+    assert tree.size("a") == 0 and tree.match(doc, {"a"}) == (0, set())
+    # Blocks it no longer holds, or never did, are skipped.
+    assert tree.release("a", [doc[8], 12345]) == 0
+
+
+def test_release_of_the_last_holder_removes_the_nodes_and_their_index() -> None:
+    tree = RadixTree(1000, index_blocks=True)
+    doc = prefix(5, 8)
+    tree.insert(doc, "a")
+    tree.release("a", [doc[3]])
+    assert tree.node_count() == 1
+    # The cut blocks are gone from the index: a later copy elsewhere is found afresh.
+    tree.insert(doc, "b")
+    assert tree.release("b", [doc[5]]) == 3
+    assert tree.match(doc, {"a", "b"}) == (5, {"b"})
+
+
+def test_release_needs_the_block_index() -> None:
+    tree = RadixTree(10)
+    tree.insert(prefix(1, 2), "a")
+    try:
+        tree.release("a", [prefix(1, 2)[0]])
+    except RuntimeError:
+        pass
+    else:
+        raise AssertionError("release without index_blocks must fail loudly")
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.booleans(), paths, st.sampled_from("abc"), st.integers(0, 9)),
+        min_size=1,
+        max_size=40,
+    )
+)
+def test_release_keeps_sizes_closure_and_the_index_true(
+    ops: list[tuple[bool, list[int], str, int]],
+) -> None:
+    tree = RadixTree(max_blocks_per_tenant=12, evict_fraction=0.25, index_blocks=True)
+    for evict, path, who, at in ops:
+        seq = chained(path)
+        if not evict:
+            tree.insert(seq, who)
+            continue
+        block = seq[at % len(seq)]
+        tree.release(who, [block])
+        # Nothing through the evicted block is held by that tenant any more.
+        assert tree.match(seq, {who})[0] <= seq.index(block)
+    for who in tree.tenants():
+        held = list(tree._nodes[who])
+        assert sum(len(n.edge) for n in held) == tree.size(who)
+        assert all(n.parent is tree.root or who in n.parent.tenants for n in held if n.parent)
+    # The index finds every held block's node, and names no block the tree let go.
+    attached = {n for nodes in tree._nodes.values() for n in nodes}
+    assert all(tree._holder_of(h) is n for n in attached for h in n.edge)
+    assert tree._where is not None
+    assert {tree._holder_of(h) for h in tree._where} <= attached

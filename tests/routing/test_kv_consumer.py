@@ -18,6 +18,7 @@ import pytest
 from core.block_identity import parse_block_identity
 from core.kv_events import REMOVED, STORED, CacheEvent, EventBatch
 from core.policies.cache_map import CacheMapPolicy
+from core.policies.meridian import MeridianPolicy
 from core.topology import ModelSpec
 from routing.kv_events import ReplicaStream
 from sim.kv_events import KVEventPublisher
@@ -244,3 +245,26 @@ async def test_with_neither_replay_nor_snapshot_the_replicas_view_is_cleared(
     await asyncio.wait_for(rt.kv._heals["a"], timeout=10)
     assert stream.healed_by == {"clear": 2}
     assert cache_map(rt).blocks_of("a") == [10]
+
+
+async def test_a_meridian_tree_that_follows_the_engines_forgets_what_they_evict(
+    build_runtime: Any,
+) -> None:
+    params = {**ENGINE_KEYS, "tree_from_kv_events": True}
+    rt = await build_runtime(Snapshots(), model=ModelSpec(MODEL, "meridian", params))
+    policy = rt.router.policy(MODEL)
+    assert isinstance(policy, MeridianPolicy) and rt.kv.sink(MODEL) is policy.kv_sink
+    assert "a" in rt.kv.tracked()  # its replicas are subscribed like a cache_map's
+    rt.kv.streams["a"] = stream = ReplicaStream("a", "tcp://127.0.0.1:1", socket=_NoSocket())
+    policy.tree.insert((1, 2, 3), "a")
+    rt.kv.accept(stream, batch(0, CacheEvent(REMOVED, (2,))))
+    assert policy.tree.match((1, 2, 3), {"a"}) == (3, {"a"})  # not before the flush
+    rt.kv.flush()
+    assert policy.tree.match((1, 2, 3), {"a"}) == (1, {"a"})
+    # Snapshots name blocks, not paths: the periodic sync leaves the tree alone.
+    assert await rt.kv.sync_all() == {}
+
+
+async def test_a_meridian_tree_of_its_own_takes_no_events(build_runtime: Any) -> None:
+    rt = await build_runtime(Snapshots(), model=ModelSpec(MODEL, "meridian", ENGINE_KEYS))
+    assert rt.kv.sink(MODEL) is None and rt.kv.tracked() == {}

@@ -936,3 +936,55 @@ def test_bad_config_is_refused() -> None:
         MeridianConfig(ttft_slo_s=-1.0)
     with pytest.raises(ValueError, match="ewma_alpha"):
         MeridianConfig(ewma_alpha=0.0)
+
+
+def test_the_tree_takes_no_kv_events_unless_asked() -> None:
+    assert MeridianPolicy().kv_sink is None
+    assert MeridianPolicy(MeridianConfig(tree_from_kv_events=True)).kv_sink is not None
+
+
+def test_a_block_the_engine_evicted_cuts_its_replicas_hold_from_there() -> None:
+    config = MeridianConfig(tree_from_kv_events=True, max_blocks_per_target=64)
+    policy, a = MeridianPolicy(config), target("a")
+    sink = policy.kv_sink
+    assert sink is not None
+    doc = prefix(1, 40)
+    first = request(doc)
+    policy.select(first, [a])
+    policy.observe_first_token(first, "a", 0.1)
+    sink.apply_stored("a", doc)  # a publishes events: its bound only caps memory now
+    assert policy.following == {"a"}
+    sink.apply_removed("a", doc[10:12])
+    assert policy.uncached_by_target(request(doc), {"a", "b"}) == {"a": 30 * 16}
+    # A cleared cache drops the replica from the tree (it still follows the replica).
+    sink.clear("a")
+    assert policy.uncached_by_target(request(doc), {"a"}) == {}
+    assert policy.following == {"a"}
+    policy.on_targets_changed(["b"])
+    assert policy.following == set()
+
+
+def test_an_eviction_reported_before_a_prompt_is_prefilled_does_not_cut_it() -> None:
+    # The engine evicted an older copy; the prompt just routed there brings it back.
+    policy = MeridianPolicy(MeridianConfig(tree_from_kv_events=True))
+    a = target("a")
+    sink = policy.kv_sink
+    assert sink is not None
+    doc = prefix(2, 8)
+    sink.apply_stored("a", ())
+    policy.select(request(doc), [a])
+    sink.apply_removed("a", doc[:1])
+    assert policy.uncached_by_target(request(doc), {"a"}) == {"a": 0}
+
+
+def test_a_followed_replica_keeps_twice_its_cache_in_the_tree() -> None:
+    config = MeridianConfig(tree_from_kv_events=True, max_blocks_per_target=10)
+    policy, a, b = MeridianPolicy(config), target("a"), target("b")
+    sink = policy.kv_sink
+    assert sink is not None
+    sink.apply_stored("a", ())
+    for tag in range(3):  # 18 blocks on each: past b's bound of 10, within a's 20
+        policy.select(request(prefix(10 + tag, 6)), [a])
+        policy.select(request(prefix(20 + tag, 6)), [b])
+    assert policy.tree.size("a") == 18
+    assert policy.tree.size("b") <= 10

@@ -1,13 +1,16 @@
-"""The simulator feeds the engines' KV events to a cache_map balancer, as production does."""
+"""The simulator feeds the engines' KV events to a cache_map balancer (and to a meridian one
+whose tree follows them), as production does."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
 from core.policies.cache_map import CacheMapPolicy
+from core.policies.meridian import MeridianPolicy
 from sim.des.config import MODEL, SimConfig
 from sim.des.metrics import summarize
 from sim.des.world import SimRun, World
+from sim.engine.engine import EngineConfig
 
 
 def run_world(config: SimConfig) -> tuple[World, SimRun]:
@@ -50,3 +53,25 @@ def test_cache_map_routing_keeps_its_hits_with_events(
 def test_other_policies_do_not_subscribe(make_config: Callable[..., SimConfig]) -> None:
     world, _ = run_world(make_config(policy="least_load", max_requests=10))
     assert all(lb.kv_events_applied == 0 for lb in world.balancers.values())
+
+
+def test_a_meridian_tree_that_follows_the_engines_holds_no_more_than_they_cache(
+    make_config: Callable[..., SimConfig],
+) -> None:
+    # 24-block caches under 8 conversations: the engines evict, and say so.
+    config = make_config(
+        policy="meridian",
+        policy_params={"tree_from_kv_events": True},
+        engine=EngineConfig(num_blocks=24),
+        max_requests=80,
+    )
+    world, run = run_world(config)
+    assert summarize(run).ok == 80
+    for lb in world.balancers.values():
+        policy = lb.router.policy(MODEL)
+        assert isinstance(policy, MeridianPolicy)
+        owned = {t.target_id for t in lb.router.targets()}
+        assert lb.kv_events_applied > 0 and policy.following == owned
+        for name in owned:
+            # The bound is twice the cache; the engines' evictions keep it to the cache.
+            assert policy.tree.size(name) <= world.replicas[name].engine.config.num_blocks
