@@ -38,13 +38,14 @@ import random
 import tempfile
 import time
 import tracemalloc
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
 from core.blocks import block_hashes
 from core.cache_map import CacheMap
+from core.event_keys import CacheEventSink
 from core.policy import CostModel, Policy
 from core.prefix_trie import PrefixTrie
 from core.radix_tree import RadixTree
@@ -54,6 +55,7 @@ from core.types import RequestDescriptor, TargetState
 from ops.bench.against_sglang import compare, cpu_count_note
 from ops.bench.digest import digest_table
 from ops.bench.prompt_cost import chat_messages, model_encoder, prompt_cost_table, words_for
+from ops.params import policy_param
 
 DECISION_TARGET_US = 100.0
 TOKENIZE_TARGET_US = 1000.0
@@ -85,6 +87,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=lambda raw: [p.strip() for p in raw.split(",") if p.strip()],
         default=None,
         help=f"comma-separated policies (default all: {','.join(policy_names())})",
+    )
+    parser.add_argument(
+        "--param",
+        action="append",
+        default=[],
+        type=policy_param,
+        metavar="KEY=VALUE",
+        help="a parameter of every policy measured, as ServiceConfig.policy_params "
+        "(e.g. --policies meridian --param tree_from_kv_events=true)",
     )
     parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
     parser.add_argument("--seed", type=int, default=0, help="seed of every generated workload")
@@ -133,7 +144,8 @@ def run(options: dict[str, Any], stdout: TextIO) -> None:
     stdout.write(
         f"decision cost per select, {kind} microseconds ({sizes.prefixes} cached prefixes)\n"
     )
-    stdout.write(format_table(*decision_table(names, sizes, seed, clock)) + "\n")
+    params = dict(options.get("param") or [])
+    stdout.write(format_table(*decision_table(names, sizes, seed, clock, params)) + "\n")
     stdout.write("tokenization + block hashing, microseconds per 8k tokens\n")
     stdout.write(format_table(*tokenize_table(sizes, seed)) + "\n")
     stdout.write("memory of cached prefixes at the configured bounds (tracemalloc)\n")
@@ -226,13 +238,16 @@ def preload(policy: Policy, work: Workload, targets: list[TargetState], count: i
     queued (about 20 s of prefill queued on every one of 512 replicas), a state
     no balancer reaches."""
     cache_map: CacheMap | None = getattr(policy, "cache_map", None)
+    # A meridian tree kept by KV events (tree_from_kv_events) follows every replica.
+    sink: CacheEventSink | None = getattr(policy, "kv_sink", None)
     for blocks in work.prefixes(count):
         request = work.request(blocks)
         chosen = policy.select(request, targets)
         if chosen is None:
             continue
-        if cache_map is not None:
-            cache_map.apply_stored(chosen.target_id, blocks)
+        for events in (cache_map, sink):
+            if events is not None:
+                events.apply_stored(chosen.target_id, blocks)
         policy.on_complete(request, chosen, ok=True)
 
 
@@ -271,7 +286,11 @@ def time_selects(
 
 
 def decision_table(
-    names: Sequence[str], sizes: Sizes, seed: int, clock: Callable[[], int] = time.perf_counter_ns
+    names: Sequence[str],
+    sizes: Sizes,
+    seed: int,
+    clock: Callable[[], int] = time.perf_counter_ns,
+    params: Mapping[str, Any] | None = None,
 ) -> tuple[list[str], list[list[str]]]:
     headers = ["policy", "targets"]
     for tokens in PROMPT_TOKENS:
@@ -281,7 +300,7 @@ def decision_table(
     rows: list[list[str]] = []
     for name in names:
         for n_targets in sizes.targets:
-            row = decision_row(name, n_targets, sizes, seed, clock)
+            row = decision_row(name, n_targets, sizes, seed, clock, params)
             rows.append([name, str(n_targets), *row])
     return headers, rows
 
@@ -292,10 +311,11 @@ def decision_row(
     sizes: Sizes,
     seed: int,
     clock: Callable[[], int] = time.perf_counter_ns,
+    params: Mapping[str, Any] | None = None,
 ) -> list[str]:
     work = Workload(seed)
     targets = make_targets(n_targets, work.rng)
-    policy = build_policy(name)
+    policy = build_policy(name, params)
     policy.on_targets_changed([t.target_id for t in targets])
     if isinstance(policy, CostModel):
         # As the router does with each probe it records: a cost model hears KV usage.

@@ -52,3 +52,18 @@ def test_cpu_time_says_which_clock_timed_the_decisions() -> None:
 def test_unknown_policies_are_refused() -> None:
     with pytest.raises(CommandError, match="unknown policies: nope"):
         call_command("bench", "routing", "--quick", "--policies", "nope", stdout=io.StringIO())
+
+
+def test_a_param_reaches_every_policy_measured() -> None:
+    out = run_command(
+        "bench", "routing", "--quick", "--policies", "meridian",
+        "--param", "tree_from_kv_events=true",
+    )  # fmt: skip
+    rows = [line.split() for line in out.splitlines()[2:4]]
+    assert [r[:2] for r in rows] == [["meridian", "8"], ["meridian", "64"]]
+    # The policy is built with it: a value its config refuses fails the run.
+    with pytest.raises(CommandError, match="max_blocks_per_target must be positive"):
+        run_command(
+            "bench", "routing", "--quick", "--policies", "meridian",
+            "--param", "max_blocks_per_target=0",
+        )  # fmt: skip

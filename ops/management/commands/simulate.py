@@ -16,7 +16,6 @@ The simulation itself is ``sim.des``; this command only parses and prints.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 from collections.abc import Callable
@@ -29,6 +28,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from core.predictors import SIM_PREDICTORS
 from core.registry import DEFAULT_POLICY, UnknownPolicyError
+from ops.params import policy_param
 from ops.progress import BudgetBar, bars_wanted, raw_stream
 from sim.des.config import DEFAULT_TTFT_SLO_S, DEPLOYMENTS, SimConfig, SimConfigError
 from sim.des.experiments import EXPERIMENTS, experiment
@@ -67,7 +67,7 @@ class Command(BaseCommand):
             "--param",
             action="append",
             default=[],
-            type=_param,
+            type=policy_param,
             metavar="KEY=VALUE",
             help="policy parameter or push_budget, as ServiceConfig.policy_params",
         )
@@ -205,17 +205,6 @@ def _records_file(path: Path | None) -> AbstractContextManager[TextIO | None]:
         return path.open("w", encoding="utf-8")
     except OSError as exc:
         raise CommandError(f"cannot write --records {path}: {exc.strerror}") from exc
-
-
-def _param(raw: str) -> tuple[str, Any]:
-    """``key=value``, the value read as JSON when it parses (numbers, booleans)."""
-    key, sep, value = raw.partition("=")
-    if not sep or not key:
-        raise argparse.ArgumentTypeError(f"expected key=value, got {raw!r}")
-    try:
-        return key, json.loads(value)
-    except json.JSONDecodeError:
-        return key, value
 
 
 _SHOWN = (
