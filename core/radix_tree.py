@@ -26,7 +26,8 @@ most tenants x bound blocks.
 What the engines evict (``release``): where the engines publish KV events
 (vLLM's ``BlockRemoved``), the tree need not guess.  A tree built with
 ``index_blocks`` keeps a map from each block hash to the node whose edge holds
-it, so a removed block cuts its engine's hold from that block down: an engine
+it (or, once that edge was split, the node below it), so a removed block cuts
+its engine's hold from that block down: an engine
 that evicted a block can no longer serve a prefix through it.  Block hashes are
 chained (each names its whole prefix), so a hash sits in one place in the tree.
 Trees without the index (SGLang's, which never hears of evictions) pay nothing
@@ -94,7 +95,8 @@ class RadixTree:
         self._sizes: dict[str, int] = {}
         # Reverse index: the nodes each tenant holds, for eviction and removal.
         self._nodes: dict[str, dict[RadixNode, None]] = {}
-        # Block hash -> the node whose edge holds it (``release``); None: not kept.
+        # Block hash -> the node whose edge holds it, or one below it (``_holder_of``);
+        # None: not kept.
         self._where: dict[int, RadixNode] | None = {} if index_blocks else None
 
     def size(self, tenant: str) -> int:

@@ -51,8 +51,9 @@ Terms (seconds unless said), and where each number comes from:
   ``BlockRemoved``) has its hold cut where the engine evicted, its bound raised
   to twice the cache as a memory cap, and each prompt's path re-inserted at its
   first token and its finish (``TreeEvictions``).  Off by default: on the
-  emulated engines it served 1.09x on ShareGPT with 8k-token caches and 0.98x on
-  mixed ToT (``docs/results.md``, *The tree by the engines' evictions*).
+  emulated engines it served 1.09x the goodput on ShareGPT with 8k-token caches
+  but 0.97x on mixed ToT over three seeds (``docs/results.md``, *The tree by the
+  engines' evictions*).
 * ``ttft(r) = rtt(r) + step_s + (Q(r) + U(r)) * p(r)``: FCFS prefill
   behind the queued work, plus one step and the round trip.
 * ``harm(r) = harm_weight * U(r) * p0 * D(r)``: chunked prefill shares steps
