@@ -7,6 +7,13 @@ import json
 from typing import Any
 
 
+def add_param_argument(parser: argparse.ArgumentParser, help: str) -> None:
+    """``--param KEY=VALUE``, repeatable, into ``options["param"]`` as (key, value) pairs."""
+    parser.add_argument(
+        "--param", action="append", default=[], type=policy_param, metavar="KEY=VALUE", help=help
+    )
+
+
 def policy_param(raw: str) -> tuple[str, Any]:
     """``key=value``, the value read as JSON when it parses (numbers, booleans), else
     as a string; an argparse ``type``."""

@@ -55,7 +55,7 @@ from core.types import RequestDescriptor, TargetState
 from ops.bench.against_sglang import compare, cpu_count_note
 from ops.bench.digest import digest_table
 from ops.bench.prompt_cost import chat_messages, model_encoder, prompt_cost_table, words_for
-from ops.params import policy_param
+from ops.params import add_param_argument
 
 DECISION_TARGET_US = 100.0
 TOKENIZE_TARGET_US = 1000.0
@@ -88,13 +88,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help=f"comma-separated policies (default all: {','.join(policy_names())})",
     )
-    parser.add_argument(
-        "--param",
-        action="append",
-        default=[],
-        type=policy_param,
-        metavar="KEY=VALUE",
-        help="a parameter of every policy measured, as ServiceConfig.policy_params "
+    add_param_argument(
+        parser,
+        "a parameter of every policy measured, as ServiceConfig.policy_params "
         "(e.g. --policies meridian --param tree_from_kv_events=true)",
     )
     parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")

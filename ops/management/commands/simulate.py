@@ -28,7 +28,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from core.predictors import SIM_PREDICTORS
 from core.registry import DEFAULT_POLICY, UnknownPolicyError
-from ops.params import policy_param
+from ops.params import add_param_argument
 from ops.progress import BudgetBar, bars_wanted, raw_stream
 from sim.des.config import DEFAULT_TTFT_SLO_S, DEPLOYMENTS, SimConfig, SimConfigError
 from sim.des.experiments import EXPERIMENTS, experiment
@@ -63,13 +63,8 @@ class Command(BaseCommand):
             "--policies", default=DEFAULT_POLICY, help="comma list; rr/ll/p2c/ch aliases"
         )
         parser.add_argument("--pushing", default="auto", help=f"comma list of {PUSHING_CHOICES}")
-        parser.add_argument(
-            "--param",
-            action="append",
-            default=[],
-            type=policy_param,
-            metavar="KEY=VALUE",
-            help="policy parameter or push_budget, as ServiceConfig.policy_params",
+        add_param_argument(
+            parser, "policy parameter or push_budget, as ServiceConfig.policy_params"
         )
         parser.add_argument("--deployment", default="auto", choices=DEPLOYMENTS)
         parser.add_argument("--replicas", default="us-east=4,eu-west=3,ap-southeast=2")
