@@ -40,7 +40,10 @@ with regions, and a balancer without Redis keeps its map current.
 numbers count) and their events thrown away, a loss no gap reveals, which only the
 periodic sync can heal.  ``lose_next`` is its twin for gaps: the next N messages are
 never seen, as when the PUB socket drops them, so the one after them reveals the gap
-and healing starts (against a real vLLM, from its replay endpoint).
+and healing starts (against a real vLLM, from its replay endpoint).  With
+``fault_replica`` set, both take only that replica's messages: replicas of two
+services on one engine subscribe to the same publisher, and which stream reads a
+message first is a race.
 """
 
 from __future__ import annotations
@@ -143,6 +146,9 @@ class KVEventConsumer:
         self.streams: dict[str, ReplicaStream] = {}
         self.drop_next = 0
         self.lose_next = 0
+        # The replica whose stream the two faults above apply to; None: the next
+        # messages of any stream (two services on one engine share its publisher).
+        self.fault_replica: str | None = None
         self.applied = 0
         self.syncs = 0
         self.last_sync: dict[str, SyncResult] = {}
@@ -251,7 +257,8 @@ class KVEventConsumer:
 
     def accept(self, stream: ReplicaStream, batch: EventBatch) -> None:
         """One decoded message: queue it, and start healing if messages were lost."""
-        if self.lose_next > 0:
+        faulted = self.fault_replica in (None, stream.replica)
+        if self.lose_next > 0 and faulted:
             self.lose_next -= 1
             return  # never seen: its sequence number is skipped, and the next shows the gap
         expected = stream.tracker.next_expected
@@ -265,7 +272,7 @@ class KVEventConsumer:
             logger.warning("KV events of %s: %d message(s) lost, healing", stream.replica, lost)
             stream.lost_from = min(expected, stream.lost_from or expected)
             self.heal_soon(stream)
-        if self.drop_next > 0:
+        if self.drop_next > 0 and faulted:
             self.drop_next -= 1
             return
         stream.pending.append(batch)

@@ -24,7 +24,8 @@ forwards to those peers fail as unreachable until ``until`` (an empty list clear
 it; ``drill_partition``), ``{"drop_kv_events": n}`` throws away the next n
 KV-event messages without a sequence gap (a loss only anti-entropy heals; tests), and
 ``{"lose_kv_events": n}`` loses the next n before they are seen, as a PUB socket past
-its high-water mark does, so the message after them reveals a gap (tests of healing).
+its high-water mark does, so the message after them reveals a gap (tests of healing);
+``{"kv_fault_replica": name}`` makes both take only that replica's messages (null: any).
 It answers the faults now in force.
 """
 
@@ -88,6 +89,8 @@ async def faults(request: HttpRequest) -> HttpResponseBase:
         return error_response(error)
     if "partition" in body:
         runtime.partition.set(body["partition"], float(body.get("until") or 0.0))
+    if "kv_fault_replica" in body:
+        runtime.kv.fault_replica = body["kv_fault_replica"]
     runtime.kv.drop_next += int(body.get("drop_kv_events") or 0)
     runtime.kv.lose_next += int(body.get("lose_kv_events") or 0)
     return JsonResponse(_faults_view(runtime))
@@ -103,6 +106,9 @@ def _fault_body(raw: bytes) -> dict[str, Any]:
     peers = body.get("partition", [])
     if not isinstance(peers, list) or not all(isinstance(p, str) for p in peers):
         raise errors.invalid_type("partition", "a list of balancer names", peers)
+    replica = body.get("kv_fault_replica")
+    if replica is not None and not isinstance(replica, str):
+        raise errors.invalid_type("kv_fault_replica", "a replica name or null", replica)
     for key in ("until", "drop_kv_events", "lose_kv_events"):
         value = body.get(key, 0)
         if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
@@ -117,6 +123,7 @@ def _faults_view(rt: BalancerRuntime) -> dict[str, Any]:
         **rt.partition.view(),
         "drop_kv_events": rt.kv.drop_next,
         "lose_kv_events": rt.kv.lose_next,
+        "kv_fault_replica": rt.kv.fault_replica,
     }
 
 

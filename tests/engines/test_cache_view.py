@@ -26,21 +26,24 @@ from tests.support.polling import eventually
 pytestmark = [pytest.mark.engines, pytest.mark.django_db, pytest.mark.timeout(1200)]
 
 
-def lose_next_event(fleet: EngineFleet) -> None:
-    """The balancer will lose the next KV-event message before its sequence check, as
-    when the PUB socket drops it past its high-water mark."""
+def lose_next_event(fleet: EngineFleet, replica: str) -> None:
+    """The balancer will lose ``replica``'s next KV-event message before its sequence
+    check, as when the PUB socket drops it past its high-water mark.  Only that
+    replica's: the wrong-seed service's replica of the same engine hears the same
+    publisher, and whichever stream reads the message first would lose it."""
     headers = {"Authorization": f"Bearer {settings.MERIDIAN_INTERNAL_TOKEN}"}
-    answer = http_probe.post(
-        f"{fleet.url}/internal/faults", json={"lose_kv_events": 1}, headers=headers, timeout=10
-    )
+    fault = {"lose_kv_events": 1, "kv_fault_replica": replica}
+    url = f"{fleet.url}/internal/faults"
+    answer = http_probe.post(url, json=fault, headers=headers, timeout=10)
     assert answer.json()["lose_kv_events"] == 1
+    assert answer.json()["kv_fault_replica"] == replica
 
 
 def lose_the_events_of(fleet: EngineFleet, replica: str, prompt: str) -> None:
     """Cache ``prompt`` on ``replica`` behind the balancer's back, with the message that
     carries its BlockStored lost on the way."""
     balancer_hears(fleet, replica)
-    lose_next_event(fleet)
+    lose_next_event(fleet, replica)
     fleet.direct_client(replica).completions.create(model=fleet.model, prompt=prompt, max_tokens=1)
     eventually(lambda: state(fleet.url)["faults"]["lose_kv_events"] == 0, what="the message lost")
 

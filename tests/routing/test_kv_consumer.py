@@ -119,6 +119,20 @@ async def test_a_lost_message_shows_as_a_gap_on_the_next_one(build_runtime: Any)
     assert sorted(cache_map(rt).blocks_of("a")) == [1, 2, 3]  # healed by the snapshot
 
 
+async def test_a_fault_naming_a_replica_spares_the_other_streams(build_runtime: Any) -> None:
+    # Two services' replicas of one engine hear the same publisher: a fault for one
+    # must not be spent on whichever stream reads the message first.
+    rt = await runtime(build_runtime, Snapshots())
+    a = rt.kv.streams["a"]
+    rt.kv.streams["b"] = b = ReplicaStream("b", "tcp://127.0.0.1:2", socket=_NoSocket())
+    rt.kv.fault_replica, rt.kv.lose_next, rt.kv.drop_next = "a", 1, 1
+    rt.kv.accept(b, batch(0, CacheEvent(STORED, (7,))))
+    assert (rt.kv.lose_next, rt.kv.drop_next, b.received, len(b.pending)) == (1, 1, 1, 1)
+    rt.kv.accept(a, batch(0, CacheEvent(STORED, (1,))))  # lost: never seen
+    rt.kv.accept(a, batch(1, CacheEvent(STORED, (2,))))  # dropped, after the gap it shows
+    assert (rt.kv.lose_next, rt.kv.drop_next, a.gaps, a.pending) == (0, 0, 0, [])
+
+
 async def test_a_silently_lost_event_is_healed_by_the_next_sync(build_runtime: Any) -> None:
     snapshots = Snapshots()
     rt = await runtime(build_runtime, snapshots)
