@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -135,12 +136,8 @@ def test_release_of_the_last_holder_removes_the_nodes_and_their_index() -> None:
 def test_release_needs_the_block_index() -> None:
     tree = RadixTree(10)
     tree.insert(prefix(1, 2), "a")
-    try:
+    with pytest.raises(RuntimeError, match="index_blocks"):
         tree.release("a", [prefix(1, 2)[0]])
-    except RuntimeError:
-        pass
-    else:
-        raise AssertionError("release without index_blocks must fail loudly")
 
 
 @settings(max_examples=80, deadline=None)
