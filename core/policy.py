@@ -25,12 +25,16 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol, runtime_checkable
 
+from core.event_keys import CacheEventSink
 from core.prefix_digest import PrefixDigest
 from core.types import RequestDescriptor, TargetState
 
 
 class Policy(Protocol):
     name: str
+    # Where the engines' KV events go (``core.event_keys.apply_events``), read by the
+    # live consumer and the simulator alike; None: this policy takes none.
+    kv_sink: CacheEventSink | None
 
     def select(
         self, request: RequestDescriptor, candidates: Sequence[TargetState]
@@ -163,6 +167,7 @@ class PolicyBase(ABC):
     """No-op ``on_complete``/``on_targets_changed`` so stateless policies stay small."""
 
     name: str = ""
+    kv_sink: CacheEventSink | None = None
 
     @abstractmethod
     def select(

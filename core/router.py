@@ -38,6 +38,7 @@ from core.availability import (
 )
 from core.breaker import Breaker, BreakerConfig
 from core.engine_metrics import EngineLoad
+from core.event_keys import CacheEventSink
 from core.leases import InflightLedger, Lease
 from core.lora import lora_affinity
 from core.policy import CostModel, Policy, RouteLearner
@@ -195,6 +196,11 @@ class LocalRouter:
         """The model's policy object (KV events feed the cache-map one directly)."""
         entry = self._policies.get(model)
         return entry[1] if entry else None
+
+    def kv_sink(self, model: str) -> CacheEventSink | None:
+        """Where ``model``'s KV events go (``Policy.kv_sink``); None: nowhere."""
+        policy = self.policy(model)
+        return policy.kv_sink if policy else None
 
     def policy_name(self, model: str) -> str | None:
         policy = self.policy(model)

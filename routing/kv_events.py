@@ -80,7 +80,6 @@ from core.kv_stream_health import (
     replay_heals,
 )
 from core.policies.cache_map import CacheMapPolicy
-from core.policies.meridian import MeridianPolicy
 from core.router import LocalRouter
 from routing.kv_discovery import Discovered, discover, from_config
 from routing.kv_health import KVStreamHealth
@@ -170,21 +169,13 @@ class KVEventConsumer:
         policy = self.router.policy(model)
         return policy if isinstance(policy, CacheMapPolicy) else None
 
-    def sink(self, model: str) -> CacheEventSink | None:
-        """Where ``model``'s events go: a ``cache_map`` policy's map, or a ``meridian``
-        policy's radix tree where it follows the engines (``tree_from_kv_events``)."""
-        policy = self.router.policy(model)
-        if isinstance(policy, CacheMapPolicy):
-            return policy.cache_map
-        return policy.kv_sink if isinstance(policy, MeridianPolicy) else None
-
     def tracked(self) -> dict[str, tuple[str, str]]:
-        """Owned replicas of services that take KV events (``sink``): name -> (url,
+        """Owned replicas of services that take KV events (``Router.kv_sink``): name -> (url,
         configured endpoint)."""
         wanted: dict[str, tuple[str, str]] = {}
         for target in self.router.targets():
             spec = self.router.model_spec(target.model)
-            if spec is None or self.sink(target.model) is None:
+            if spec is None or self.router.kv_sink(target.model) is None:
                 continue
             try:
                 endpoints, _ = split_kv_event_params(spec.policy_params)
@@ -290,7 +281,7 @@ class KVEventConsumer:
             if not stream.pending or stream.replica in self._syncing:
                 continue
             target = self.router.target(stream.replica)
-            sink = self.sink(target.model) if target is not None else None
+            sink = self.router.kv_sink(target.model) if target is not None else None
             batches, stream.pending = stream.pending, []
             if sink is None or target is None:
                 continue
@@ -394,7 +385,7 @@ class KVEventConsumer:
 
     def _sink_of(self, replica: str) -> CacheEventSink | None:
         target = self.router.target(replica)
-        return self.sink(target.model) if target is not None else None
+        return self.router.kv_sink(target.model) if target is not None else None
 
     # -- health ----------------------------------------------------------------------------
 

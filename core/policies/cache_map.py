@@ -65,6 +65,7 @@ class CacheMapPolicy(PolicyBase):
             max_speculative=self.config.max_speculative,
             clock=clock,
         )
+        self.kv_sink = self.cache_map
 
     def select(
         self, request: RequestDescriptor, candidates: Sequence[TargetState]

@@ -404,6 +404,7 @@ import math
 from collections.abc import Collection, Mapping, Sequence
 from operator import attrgetter
 
+from core.event_keys import CacheEventSink
 from core.policies.meridian_book import ReplicaBook
 from core.policies.meridian_peers import ForwardTerms, PeerHoldings, best_peer
 from core.policies.meridian_terms import (
@@ -458,7 +459,7 @@ class MeridianPolicy(PolicyBase):
         events = self.config.tree_from_kv_events
         self.tree = RadixTree(self.config.max_blocks_per_target, index_blocks=events)
         # Where the engines' KV events go (``core.event_keys.apply_events``); None: unused.
-        self.kv_sink: TreeEvictions | None = TreeEvictions(self) if events else None
+        self.kv_sink: CacheEventSink | None = TreeEvictions(self) if events else None
         # Replicas whose engines' events the tree follows (``follow``).
         self.following: set[str] = set()
         # Every replica's model, filed by the floors of its cost (the walk's index).

@@ -45,7 +45,6 @@ from typing import Any, TextIO
 
 from core.blocks import block_hashes
 from core.cache_map import CacheMap
-from core.event_keys import CacheEventSink
 from core.policy import CostModel, Policy
 from core.prefix_trie import PrefixTrie
 from core.radix_tree import RadixTree
@@ -233,17 +232,16 @@ def preload(policy: Policy, work: Workload, targets: list[TargetState], count: i
     of in-flight work (``meridian``) would be measured on 100k requests still
     queued (about 20 s of prefill queued on every one of 512 replicas), a state
     no balancer reaches."""
-    cache_map: CacheMap | None = getattr(policy, "cache_map", None)
-    # A meridian tree kept by KV events (tree_from_kv_events) follows every replica.
-    sink: CacheEventSink | None = getattr(policy, "kv_sink", None)
+    # A cache map, or a meridian tree kept by KV events (tree_from_kv_events), hears
+    # of every stored prefix as the engines would tell it.
+    sink = policy.kv_sink
     for blocks in work.prefixes(count):
         request = work.request(blocks)
         chosen = policy.select(request, targets)
         if chosen is None:
             continue
-        for events in (cache_map, sink):
-            if events is not None:
-                events.apply_stored(chosen.target_id, blocks)
+        if sink is not None:
+            sink.apply_stored(chosen.target_id, blocks)
         policy.on_complete(request, chosen, ok=True)
 
 

@@ -44,13 +44,12 @@ from core.blocks import DEFAULT_SEED
 from core.breaker import BreakerConfig
 from core.dispatch import Decision, DispatchCore, Failure, Refuse, Send, Ticket, Wait
 from core.engine_metrics import EngineLoad
-from core.event_keys import CacheEventSink, RebuiltKeys, apply_events
+from core.event_keys import RebuiltKeys, apply_events
 from core.kv_events import CacheEvent
 from core.load_forecast import LoadForecast
 from core.peers import Heartbeat
 from core.pending_queue import RegionalQueues
 from core.policies.cache_map import CacheMapPolicy
-from core.policies.meridian import MeridianPolicy
 from core.policy import Policy
 from core.registry import build_policy, remote_policy_name
 from core.remote import Placement, RemoteRouter, availability_report
@@ -343,13 +342,6 @@ class SimBalancer:
 
     # -- KV events (routing.kv_events) -------------------------------------------------
 
-    def kv_sink(self, model: str) -> CacheEventSink | None:
-        """Where ``model``'s policy takes KV events; None: it does not."""
-        policy = self.router.policy(model)
-        if isinstance(policy, CacheMapPolicy):
-            return policy.cache_map
-        return policy.kv_sink if isinstance(policy, MeridianPolicy) else None
-
     def kv_events_arrive(self, replica: str, model: str, events: tuple[CacheEvent, ...]) -> None:
         """A replica's step published ``events``: they travel one way, then wait for
         the consumer's next batch tick (``MERIDIAN_KV_EVENTS_BATCH_S``)."""
@@ -360,7 +352,7 @@ class SimBalancer:
         self.loop.call_at(applied_at, self._apply_kv_events, replica, model, events)
 
     def _apply_kv_events(self, replica: str, model: str, events: tuple[CacheEvent, ...]) -> None:
-        sink = self.kv_sink(model)
+        sink = self.router.kv_sink(model)
         if sink is None:
             return
         keys = self._kv_keys.setdefault(replica, RebuiltKeys(DEFAULT_SEED))

@@ -162,7 +162,7 @@ class World:
                 if other is not lb and deployment == "regional"
             ]
             lb.adopt(owned, peers, models)
-            if lb.kv_sink(MODEL) is not None:
+            if lb.router.kv_sink(MODEL) is not None:
                 for spec in owned:
                     self.replicas[spec.name].subscribe_kv_events(
                         functools.partial(lb.kv_events_arrive, spec.name, MODEL)

@@ -267,7 +267,7 @@ async def test_a_meridian_tree_that_follows_the_engines_forgets_what_they_evict(
     params = {**ENGINE_KEYS, "tree_from_kv_events": True}
     rt = await build_runtime(Snapshots(), model=ModelSpec(MODEL, "meridian", params))
     policy = rt.router.policy(MODEL)
-    assert isinstance(policy, MeridianPolicy) and rt.kv.sink(MODEL) is policy.kv_sink
+    assert isinstance(policy, MeridianPolicy) and rt.router.kv_sink(MODEL) is policy.kv_sink
     assert "a" in rt.kv.tracked()  # its replicas are subscribed like a cache_map's
     rt.kv.streams["a"] = stream = ReplicaStream("a", "tcp://127.0.0.1:1", socket=_NoSocket())
     policy.tree.insert((1, 2, 3), "a")
@@ -281,4 +281,4 @@ async def test_a_meridian_tree_that_follows_the_engines_forgets_what_they_evict(
 
 async def test_a_meridian_tree_of_its_own_takes_no_events(build_runtime: Any) -> None:
     rt = await build_runtime(Snapshots(), model=ModelSpec(MODEL, "meridian", ENGINE_KEYS))
-    assert rt.kv.sink(MODEL) is None and rt.kv.tracked() == {}
+    assert rt.router.kv_sink(MODEL) is None and rt.kv.tracked() == {}
