@@ -52,7 +52,7 @@ Terms (seconds unless said), and where each number comes from:
   to twice the cache as a memory cap, and each prompt's path re-inserted at its
   first token and its finish (``TreeEvictions``).  Off by default: on the
   emulated engines it served 1.09x the goodput on ShareGPT with 8k-token caches
-  but 0.97x on mixed ToT over three seeds (``docs/results.md``, *The tree by the
+  but 0.99x on mixed ToT over ten seeds (``docs/results.md``, *The tree by the
   engines' evictions*).
 * ``ttft(r) = rtt(r) + step_s + (Q(r) + U(r)) * p(r)``: FCFS prefill
   behind the queued work, plus one step and the round trip.
