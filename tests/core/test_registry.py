@@ -40,6 +40,16 @@ def test_every_policy_from_the_papers_is_registered() -> None:
         assert isinstance(policy, PolicyBase)
 
 
+def test_only_the_policies_that_follow_the_engines_take_kv_events() -> None:
+    # Both drivers (the simulator and the live consumer) subscribe a service's replicas
+    # only where its policy names a sink (``Policy.kv_sink``).
+    sinks = {name: build_policy(name).kv_sink for name in ALL}
+    cache_map = build_policy("cache_map")
+    assert cache_map.kv_sink is cache_map.cache_map  # type: ignore[attr-defined]
+    assert [name for name, sink in sinks.items() if sink is not None] == ["cache_map"]
+    assert build_policy("meridian", {"tree_from_kv_events": True}).kv_sink is not None
+
+
 def test_remote_layer_reuses_skylb_structures_and_defaults_to_nearest() -> None:
     assert remote_policy_name("skylb") == "skylb"
     assert remote_policy_name("skylb_ch") == "skylb_ch"
