@@ -50,11 +50,9 @@ class MeridianConfig:
     block_tokens: int = 16
     max_blocks_per_target: int = 2048
     # Keep the radix tree by the engines' KV events where they publish them: a removed
-    # block cuts its engine's hold (``RadixTree.release``), and a prompt's path is
-    # re-inserted when its engine stores it (first token) and frees it (finish), the
-    # engine's own recency.  A replica's bound then only caps memory, at twice
-    # ``max_blocks_per_target``, from its first event on; one whose engine is silent
-    # keeps the tree's own guess.
+    # block cuts its engine's hold (``RadixTree.release``).  A replica's bound then
+    # only caps memory, at twice ``max_blocks_per_target``, from its first event on;
+    # one whose engine is silent keeps the tree's own guess.
     tree_from_kv_events: bool = False
     ewma_alpha: float = 0.2
     min_sample_tokens: int = 64

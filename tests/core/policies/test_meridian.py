@@ -938,6 +938,24 @@ def test_bad_config_is_refused() -> None:
         MeridianConfig(ewma_alpha=0.0)
 
 
+def test_the_tree_dates_a_prompt_by_its_use_not_only_by_its_routing() -> None:
+    # Bound 10 blocks.  The first prompt was routed first but finished last, so when the
+    # third pushes the replica over its bound the engine's LRU (which frees blocks at the
+    # finish) would evict the second prompt, and so does the tree.
+    policy, a = MeridianPolicy(MeridianConfig(max_blocks_per_target=10)), target("a")
+    first, second, third = request(prefix(1, 6)), request(prefix(2, 4)), request(prefix(3, 3))
+    policy.select(first, [a])
+    policy.select(second, [a])
+    policy.observe_first_token(second, "a", 0.1)
+    policy.observe_finish(second, "a", decode_s=1.0, output_tokens=20)
+    policy.observe_first_token(first, "a", 0.2)
+    policy.observe_finish(first, "a", decode_s=1.0, output_tokens=20)
+    policy.select(third, [a])
+    assert policy.uncached_by_target(request(prefix(1, 6)), {"a"}) == {"a": 0}
+    assert policy.uncached_by_target(request(prefix(2, 4)), {"a"}) == {}
+    assert policy.tree.size("a") == 9
+
+
 def test_the_tree_takes_no_kv_events_unless_asked() -> None:
     assert MeridianPolicy().kv_sink is None
     assert MeridianPolicy(MeridianConfig(tree_from_kv_events=True)).kv_sink is not None
