@@ -170,8 +170,8 @@ class KVEventConsumer:
         return policy if isinstance(policy, CacheMapPolicy) else None
 
     def tracked(self) -> dict[str, tuple[str, str]]:
-        """Owned replicas of services that take KV events (``Router.kv_sink``): name -> (url,
-        configured endpoint)."""
+        """Owned replicas of services that take KV events (``LocalRouter.kv_sink``):
+        name -> (url, configured endpoint)."""
         wanted: dict[str, tuple[str, str]] = {}
         for target in self.router.targets():
             spec = self.router.model_spec(target.model)
