@@ -338,6 +338,7 @@ class Replica:
             request_id, request.prompt_token_ids, request.max_tokens,
             ignore_eos=request.ignore_eos, seed=request.seed,
             lora_name=request.lora_name, lora_id=request.lora_id, output_token_ids=forced,
+            priority=request.priority,
         )  # fmt: skip
         try:
             return request, request_id, self.driver.submit(engine_request)

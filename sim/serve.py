@@ -7,7 +7,7 @@
         [--kv-events-replay-port-base 5657] [--kv-events-host '*'] \\
         [--tokenizer-json PATH | --tokenizer DIR] [--fault us-b=slow] [--lora NAME ...] \\
         [--max-loras 4] [--runner generate|pooling] [--embedding-size 384] [--max-logprobs 20] \\
-        [--tool-call-parser NAME] [--enable-auto-tool-choice]
+        [--tool-call-parser NAME] [--enable-auto-tool-choice] [--scheduling-policy priority]
 
 Each replica is its own ``Engine`` behind its own uvicorn server; they share
 one event loop (the demo runs nine of them on two cores, and an idle engine
@@ -63,6 +63,7 @@ from sim.engine.logprobs import DEFAULT_MAX_LOGPROBS
 from sim.engine.model_text import ModelText, model_words
 from sim.engine.openai_protocol import ServerOptions
 from sim.engine.profiles import PROFILES
+from sim.engine.schedule_policy import SchedulePolicy
 from sim.engine.structured import ToolSupport
 from sim.kv_events import KVEventPublisher
 from sim.replica import FAULT_MODES, Replica
@@ -171,6 +172,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="serve an emulated LoRA adapter under this model name (repeatable)",
     )
     p.add_argument("--max-loras", type=int, default=4)
+    p.add_argument(
+        "--scheduling-policy",
+        choices=[SchedulePolicy.FCFS.value, SchedulePolicy.PRIORITY.value],
+        default=SchedulePolicy.FCFS.value,
+        help="vLLM's waiting order: fcfs, or priority (each request's `priority` first)",
+    )
     p.add_argument("--runner", choices=("generate", "pooling"), default="generate")
     p.add_argument("--embedding-size", type=int, default=pooling.DEFAULT_EMBEDDING_SIZE)
     p.add_argument("--max-logprobs", type=int, default=DEFAULT_MAX_LOGPROBS)
@@ -207,6 +214,7 @@ def build_replicas(args: argparse.Namespace) -> list[Replica]:
             hash_seed=args.hash_seed,
             seed=args.seed,
             max_loras=args.max_loras,
+            schedule_policy=SchedulePolicy(args.scheduling_policy),
         )
     except ValueError as exc:
         raise SystemExit(str(exc)) from None

@@ -7,7 +7,8 @@ discrete-event simulator just jumps its clock.
 
 Scheduling follows vLLM V1's ``Scheduler.schedule`` with the FCFS policy
 (``schedule_policy="lpm"`` orders the waiting queue as SGLang's default does
-instead: ``sim.engine.schedule_policy``):
+instead, and ``"priority"`` as vLLM's ``--scheduling-policy priority``, which also
+picks whom to preempt: ``sim.engine.schedule_policy``):
 
 1. Running requests first, in admission order.  Each gets the tokens it still
    needs (one to decode, or the rest of its prompt), capped by the remaining
@@ -16,6 +17,9 @@ instead: ``sim.engine.schedule_policy``):
    running request is preempted by recompute: its blocks are freed and it goes
    back to the front of the waiting queue with no computed tokens (its
    generated tokens are kept and recomputed later, mostly from the cache).
+   Under ``priority`` the one preempted is the running request with the highest
+   (priority, arrival time); if this step had scheduled it already, it leaves the
+   batch and its tokens go back to the step's budget.
 2. Then, only if nothing was preempted this step, waiting requests are
    admitted first-come-first-served while ``max_num_seqs`` and the token budget
    allow and their blocks can be allocated.  A request's cached prefix is the
@@ -43,7 +47,12 @@ from sim.engine.block_pool import BlockPool
 from sim.engine.events import KVEventBuffer
 from sim.engine.profiles import get_profile
 from sim.engine.request import EngineRequest, FinishReason, OutputLengthModel, RequestStatus
-from sim.engine.schedule_policy import SchedulePolicy, longest_prefix_first, shared_prefix_block
+from sim.engine.schedule_policy import (
+    SchedulePolicy,
+    longest_prefix_first,
+    priority_key,
+    shared_prefix_block,
+)
 from sim.engine.stats import EngineStats
 from sim.engine.vocab import Vocabulary
 
@@ -66,7 +75,8 @@ class EngineConfig:
     seed: int = 0
     output_lengths: OutputLengthModel = field(default_factory=OutputLengthModel)
     event_buffer_size: int = 10_000
-    # The order of the waiting queue: vLLM's FCFS, or SGLang's longest prefix match.
+    # The order of the waiting queue: vLLM's FCFS or priority, or SGLang's longest
+    # prefix match.
     schedule_policy: SchedulePolicy = SchedulePolicy.FCFS
 
     @property
@@ -259,7 +269,12 @@ class Engine:
             request = self.running[index]
             num_new = min(request.num_tokens - request.num_computed_tokens, budget)
             while not self._allocate(request, num_new, []):
-                victim = self.running.pop()
+                position = self._preemption_victim()
+                victim = self.running.pop(position)
+                if position < index:
+                    # Scheduled earlier in this step: its tokens go back to the budget.
+                    index -= 1
+                    budget += self._unschedule(scheduled, victim)
                 self._preempt(victim)
                 preempted += 1
                 if victim is request:
@@ -270,12 +285,36 @@ class Engine:
             index += 1
         return scheduled, budget, preempted
 
+    def _preemption_victim(self) -> int:
+        """Where in ``running`` the request to preempt is: the newest (vLLM's FCFS), or
+        under ``priority`` the one with the highest (priority, arrival time)."""
+        last = len(self.running) - 1
+        if self.config.schedule_policy is not SchedulePolicy.PRIORITY:
+            return last
+        keys = [priority_key(r.priority, r.arrival_time) for r in self.running]
+        return max(range(last + 1), key=keys.__getitem__)
+
+    @staticmethod
+    def _unschedule(scheduled: list[tuple[EngineRequest, int]], victim: EngineRequest) -> int:
+        """Take ``victim`` out of this step's batch; the tokens it had been given."""
+        for position, (request, num_new) in enumerate(scheduled):
+            if request is victim:
+                del scheduled[position]
+                return num_new
+        return 0
+
     def _schedule_waiting(self, budget: int) -> list[tuple[EngineRequest, int]]:
         scheduled: list[tuple[EngineRequest, int]] = []
         skipped: list[EngineRequest] = []
         loras = {r.lora_name for r in self.running if r.lora_name}
-        if self.config.schedule_policy is SchedulePolicy.LPM and len(self.waiting) > 1:
-            self._order_by_longest_prefix()
+        if len(self.waiting) > 1:
+            if self.config.schedule_policy is SchedulePolicy.LPM:
+                self._order_by_longest_prefix()
+            elif self.config.schedule_policy is SchedulePolicy.PRIORITY:
+                # vLLM keeps a heap; a stable sort of the deque gives the same order.
+                self.waiting = deque(
+                    sorted(self.waiting, key=lambda r: priority_key(r.priority, r.arrival_time))
+                )
         while self.waiting and budget > 0 and len(self.running) < self.config.max_num_seqs:
             request = self.waiting[0]
             if self._exceeds_max_loras(request, loras):

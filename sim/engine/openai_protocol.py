@@ -83,6 +83,9 @@ class GenerationRequest:
     plan: OutputPlan = field(default_factory=OutputPlan)
     forced: ForcedTokens | None = None  # the plan's text as the tokens to emit
     key: str = ""  # what the emulated logprobs are derived from: same request, same numbers
+    # vLLM's request priority (lower first), which only an engine that schedules by
+    # priority reads.
+    priority: int = 0
 
 
 @dataclass(frozen=True)
@@ -169,6 +172,7 @@ def parse_generation(
         plan=plan,
         forced=None if plan.text is None else forced_tokens(plan.text, tokenizer),
         key=key,
+        priority=_optional(body, "priority", int, 0),
     )
 
 

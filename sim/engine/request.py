@@ -77,6 +77,9 @@ class EngineRequest:
     output_token_ids: list[int] | None = None
     # A pooling request (embeddings): prefill only, finished without sampling a token.
     pooling: bool = False
+    # vLLM's ``priority`` (lower is served sooner) for an engine that schedules by it
+    # (``SchedulePolicy.PRIORITY``); any other engine ignores it, as vLLM 0.32 does.
+    priority: int = 0
 
     status: RequestStatus = RequestStatus.WAITING
     token_ids: list[int] = field(default_factory=list)

@@ -34,6 +34,18 @@ number of blocks times the block size, and "shares the first 32 tokens" is
 equal hashes there mean equal leading tokens; with blocks over 32 tokens, the
 whole first block must match).
 
+vLLM's other order, ``--scheduling-policy priority`` (``priority``), serves the
+waiting request with the lowest ``(priority, arrival time)`` first, each request's
+``priority`` given by its client (0 by default), and when a running request needs a
+block that is not free it preempts the running request with the highest
+``(priority, arrival time)`` rather than the newest (vLLM V1's
+``Scheduler.schedule``, read, not copied); an engine on ``fcfs`` takes a
+``priority`` and ignores it, as vLLM 0.32 does.  A balancer that knows where a
+prompt is cached can mark the cold copies into a full cache
+(``core.policies.meridian``): the engine then admits a turn whose history it still
+holds before the cold prompts that arrived earlier, much as ``lpm`` does, and
+preempts a cold one first.
+
 Pure: the engine passes what its cache says of each request.
 """
 
@@ -54,12 +66,19 @@ IN_BATCH_DEPRIORITIZE_TOKENS = 32
 class SchedulePolicy(StrEnum):
     FCFS = "fcfs"  # vLLM
     LPM = "lpm"  # SGLang's default
+    PRIORITY = "priority"  # vLLM's --scheduling-policy priority
 
 
 def shared_prefix_block(block_size: int) -> int:
     """Index of the block whose hash identifies a request's first
     ``IN_BATCH_DEPRIORITIZE_TOKENS`` tokens (and the rest of that block)."""
     return max(1, math.ceil(IN_BATCH_DEPRIORITIZE_TOKENS / block_size)) - 1
+
+
+def priority_key(priority: int, arrival_time: float) -> tuple[int, float]:
+    """vLLM's order under ``priority``: lower priority values first, then earlier
+    arrivals; the running request with the largest key is the one preempted."""
+    return priority, arrival_time
 
 
 def longest_prefix_first(

@@ -136,6 +136,19 @@ def test_invalid_requests_get_openai_style_errors(
     assert set(error) == {"message", "type", "param", "code"} and error["param"] == param
 
 
+def test_a_priority_is_taken_by_an_engine_that_does_not_schedule_by_it(
+    served: ServedReplicas,
+) -> None:
+    """The replicas schedule first come, first served (vLLM's default), and take a
+    request's ``priority`` without reading it, as vLLM 0.32 does (``tests/engines``);
+    one that is not an integer is the client's 400."""
+    body = {"model": MODEL, "prompt": "x", "max_tokens": 1, "priority": 1}
+    answer = http_probe.post(f"{served.urls['a']}/v1/completions", json=body)
+    assert answer.status_code == 200 and answer.json()["usage"]["completion_tokens"] == 1
+    wrong = http_probe.post(f"{served.urls['a']}/v1/completions", json={**body, "priority": "high"})
+    assert wrong.status_code == 400 and wrong.json()["error"]["param"] == "priority"
+
+
 def test_too_long_request_is_a_bad_request_for_the_client(served: ServedReplicas) -> None:
     with pytest.raises(openai.BadRequestError, match="maximum context length"):
         client(served).completions.create(model=MODEL, prompt="hello", max_tokens=100_000)

@@ -86,7 +86,8 @@ class Command(BaseCommand):
             "--schedule-policy",
             default=SchedulePolicy.FCFS.value,
             choices=[policy.value for policy in SchedulePolicy],
-            help="the engines' waiting order: fcfs (vLLM) or lpm (SGLang's longest prefix match)",
+            help="the engines' waiting order: fcfs (vLLM), priority (vLLM's, by each "
+            "request's priority) or lpm (SGLang's longest prefix match)",
         )
         parser.add_argument("--time-scale", type=float, default=1.0)
         parser.add_argument("--speed", type=float, default=1.0, help="trace timestamps / speed")

@@ -55,6 +55,8 @@ def test_prompt_forms_and_lora_selection() -> None:
         ({"prompt": ["a", "b"]}, "prompt"),
         ({"messages": []}, "messages"),
         ({"messages": [{"role": "user", "content": 3}]}, "messages"),
+        ({"prompt": "x", "priority": "high"}, "priority"),
+        ({"prompt": "x", "priority": 1.5}, "priority"),
     ],
 )
 def test_malformed_fields_name_the_offending_parameter(body: dict[str, object], param: str) -> None:
@@ -107,3 +109,10 @@ def test_logprob_counts_and_a_structured_plan_reach_the_request() -> None:
     )
     assert shaped.logprobs == 3 and shaped.plan.text == '{"n": 1}'
     assert shaped.forced is not None and "".join(shaped.forced.pieces) == '{"n": 1}'
+
+
+def test_a_request_priority_reaches_the_engine_request() -> None:
+    """vLLM's ``priority`` field (0 unless given); the engine decides whether it may
+    be anything else (``sim.engine.schedule_policy``)."""
+    assert parse("completion", prompt="x").priority == 0
+    assert parse("completion", prompt="x", priority=-2).priority == -2
