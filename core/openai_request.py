@@ -82,40 +82,50 @@ class CompletionRequest:
     user: str | None
     raw: bytes  # the client's body as received
 
-    def upstream_body(self) -> bytes:
-        """The body for a replica: streaming requests always ask for usage.
+    def upstream_body(self, priority: int | None = None) -> bytes:
+        """The body for a replica: streaming requests always ask for usage, and
+        ``priority`` (vLLM's request priority, for engines that schedule by it) is
+        added unless the client set its own.
 
         The balancer learns prompt/cached/completion tokens only from the usage
         chunk (vLLM sends it last when ``stream_options.include_usage`` is set), so
         it asks for it every time and strips it again for clients that did not
         (``core.sse``).  A body that needs no change is sent as received,
-        and a body without ``stream_options`` gets the option spliced in, both
-        without re-encoding the JSON (the prompt is most of it).
+        and new fields (a missing ``stream_options``, the priority) are spliced in
+        before its closing brace, without re-encoding the JSON (the prompt is most
+        of it).
         """
-        if not _plain_utf8(self.raw):
-            return self._reencoded()
-        if not self._needs_usage_option:
+        if priority is not None and "priority" in self.payload:
+            priority = None  # the client's own priority stands
+        usage = self._needs_usage_option
+        if not _plain_utf8(self.raw) or (usage and "stream_options" in self.payload):
+            return self._reencoded(priority)
+        if not usage and priority is None:
             return self.raw
-        if "stream_options" not in self.payload:
-            # A valid JSON object with at least "model" in it ends in "}".
-            return self.raw.rstrip()[:-1] + _USAGE_OPTION
-        return self._reencoded()
+        # A valid JSON object with at least "model" in it ends in "}".
+        spliced = _USAGE_FIELD if usage else b""
+        if priority is not None:
+            spliced += b', "priority": %d' % priority
+        return self.raw.rstrip()[:-1] + spliced + b"}"
 
     @property
     def _needs_usage_option(self) -> bool:
         return self.stream and not self.client_wants_usage
 
-    def _reencoded(self) -> bytes:
+    def _reencoded(self, priority: int | None) -> bytes:
         # json.loads then json.dumps keeps every field and value (floats round-trip
         # exactly, a repeated key keeps its last value as any JSON reader would).
-        if not self._needs_usage_option:
-            return json.dumps(self.payload).encode()
-        options = dict(self.payload.get("stream_options") or {})
-        options["include_usage"] = True
-        return json.dumps({**self.payload, "stream_options": options}).encode()
+        payload = self.payload
+        if self._needs_usage_option:
+            options = dict(payload.get("stream_options") or {})
+            options["include_usage"] = True
+            payload = {**payload, "stream_options": options}
+        if priority is not None:
+            payload = {**payload, "priority": priority}
+        return json.dumps(payload).encode()
 
 
-_USAGE_OPTION = b', "stream_options": {"include_usage": true}}'
+_USAGE_FIELD = b', "stream_options": {"include_usage": true}'
 
 
 def _plain_utf8(body: bytes) -> bool:

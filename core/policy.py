@@ -60,11 +60,14 @@ class Option(StrEnum):
 @dataclass(frozen=True, slots=True)
 class Choice:
     """A cost model's decision: where the request goes (None: wait) and what it
-    expects that to cost in seconds."""
+    expects that to cost in seconds; for engines that schedule by priority (vLLM's
+    ``--scheduling-policy priority``), the ``priority`` the request should carry
+    there (None: send none)."""
 
     option: Option
     target: TargetState | None
     cost_s: float
+    priority: int | None = None
 
 
 @runtime_checkable

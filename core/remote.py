@@ -88,6 +88,8 @@ class Placement:
     target: TargetState
     lease: Lease
     peer: PeerLink | None = None
+    # The engine priority the request carries to a local replica (``Choice.priority``).
+    priority: int | None = None
 
     @property
     def label(self) -> str:
@@ -377,7 +379,7 @@ def place_by_cost(
         return None
     if choice.option is Option.PEER:
         return Placement(target, remote.lease(request, target), remote.link(target.target_id))
-    return Placement(target, local.lease(request, target))
+    return Placement(target, local.lease(request, target), priority=choice.priority)
 
 
 def nothing_available(model: str, local: LocalRouter, remote: RemoteRouter) -> bool:

@@ -134,7 +134,9 @@ class Dispatcher:
                 "Accept-Encoding": "identity",
             }
             url = join_url(placement.target.url, call.request.endpoint.path)
-            return UpstreamRequest(url, call.request.upstream_body(), headers)
+            # Engines that schedule by priority get the cost model's (Choice.priority).
+            body = call.request.upstream_body(placement.priority)
+            return UpstreamRequest(url, body, headers)
         # The peer redoes validation and auth on the client's body; a stream asks for
         # usage (stripped again here when the client did not) so the key's usage and
         # tokens are settled here, where the request was admitted.

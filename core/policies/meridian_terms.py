@@ -15,7 +15,14 @@ from dataclasses import dataclass, field
 from core.types import RTT_KEY, TargetState
 
 # The engines' waiting orders the cost model knows (``MeridianConfig.engine_queue``).
-ENGINE_QUEUES = ("fcfs", "lpm")
+ENGINE_QUEUES = ("fcfs", "lpm", "priority")
+
+
+# vLLM's request priorities (lower is served sooner) for engines that schedule by
+# priority: every request's (0, vLLM's default too), and a cold copy's into a cache
+# with no room for it, which yields to the turns whose history the cache holds.
+DEFAULT_PRIORITY = 0
+COLD_COPY_PRIORITY = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,9 +42,13 @@ class MeridianConfig:
     # 0: what the engine prefills in ``wait_limit_s`` at ``prefill_s_per_token``
     # (``admission_limit``; 472 tokens at these defaults).
     admission_tokens: int = 0
-    # How the engines order their waiting requests: "fcfs" (vLLM) or "lpm" (SGLang's
-    # longest prefix match).  Under "lpm" a held-back replica admits the requests
-    # whose prefix it caches: its engine serves them ahead of colder ones.
+    # How the engines order their waiting requests: "fcfs" (vLLM), "lpm" (SGLang's
+    # longest prefix match) or "priority" (vLLM's --scheduling-policy priority).  Under
+    # "lpm" a held-back replica admits the requests whose prefix it caches: its engine
+    # serves them ahead of colder ones.  Under "priority" each request sent to a
+    # replica carries a priority: ``COLD_COPY_PRIORITY`` where that replica caches no
+    # more than ``affinity_tokens`` of the prompt and its KV look-ahead has no room
+    # for it, else ``DEFAULT_PRIORITY``.
     engine_queue: str = "fcfs"
     # Sequences an engine runs at once (vLLM's ``max_num_seqs``, SGLang's
     # ``max_running_requests``): past it a new request waits for a slot.

@@ -261,15 +261,17 @@ class SimBalancer:
             self.loop.call_later(one_way, self._replica_done, ticket, name, out, tokens, first_at)
 
         generation = Generation(on_first=on_first, on_done=on_done)
-        self.loop.call_later(one_way, self._arrive_at_replica, ticket, name, generation)
+        priority = placement.priority or 0
+        self.loop.call_later(one_way, self._arrive_at_replica, ticket, name, generation, priority)
 
     def _arrive_at_replica(
-        self, ticket: Ticket[SimCall], name: str, generation: Generation
+        self, ticket: Ticket[SimCall], name: str, generation: Generation, priority: int
     ) -> None:
         call = ticket.handle
         request = EngineRequest(
-            call.descriptor.request_id, call.prompt_ids, call.max_tokens, ignore_eos=call.ignore_eos
-        )
+            call.descriptor.request_id, call.prompt_ids, call.max_tokens,
+            ignore_eos=call.ignore_eos, priority=priority,
+        )  # fmt: skip
         replica = self.net.replica(name)
         try:
             replica.submit(request, generation)

@@ -35,7 +35,11 @@ class Clock:
 
 
 def build(
-    replicas: tuple[str, ...], peers: tuple[PeerSpec, ...] = (), *, engine_queue: str = "fcfs"
+    replicas: tuple[str, ...],
+    peers: tuple[PeerSpec, ...] = (),
+    *,
+    engine_queue: str = "fcfs",
+    kv_capacity_tokens: int = 32_768,
 ) -> tuple[Clock, LocalRouter, RemoteRouter, DispatchCore[str]]:
     clock = Clock()
     local = LocalRouter(build_policy, max_outstanding=32, clock=clock)
@@ -49,6 +53,7 @@ def build(
             "admission_tokens": 1000,
             "decode_weight": 0.0,
             "engine_queue": engine_queue,
+            "kv_capacity_tokens": kv_capacity_tokens,
         },
         pushing=PushingConfig(PushingMode.TOKENS),
     )
@@ -303,3 +308,18 @@ def test_a_document_held_by_a_peer_with_no_room_is_forwarded_to_wait_there() -> 
     # ... while a prompt the peer holds nothing of stays here.
     cold = Ticket(RequestDescriptor("cold", MODEL, 800, tuple(range(900, 950))), "cold")
     assert sent_to(core2.arrive(cold, clock2.now)) == "b"
+
+
+def test_a_send_carries_the_priority_the_cost_model_gave_it() -> None:
+    """Engines that schedule by priority (vLLM's ``--scheduling-policy priority``): the
+    placement says what the driver puts in the request; other engines get none."""
+    clock, _, _, core = build(("a",), engine_queue="priority", kv_capacity_tokens=600)
+    cold = core.arrive(ticket("cold", 640), clock.now)  # a cold copy larger than the cache
+    assert isinstance(cold, Send) and cold.placement.priority == 1
+    core.first_token(cold.ticket, clock.now)
+    core.finished(cold.ticket, ok=True, now=clock.now, output_tokens=8)
+    warm = core.arrive(ticket("warm", 960), clock.now)  # the first 640 tokens cached at a
+    assert isinstance(warm, Send) and warm.placement.priority == 0
+    clock, _, _, fcfs = build(("a",))
+    plain = fcfs.arrive(ticket("plain", 640), clock.now)
+    assert isinstance(plain, Send) and plain.placement.priority is None

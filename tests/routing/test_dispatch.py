@@ -7,10 +7,12 @@ failure can be placed exactly (a 500 here, a reset there).
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
 
+from core.availability import PushingConfig, PushingMode
 from core.errors import ApiError
 from core.topology import ModelSpec, PeerSpec
 from routing.calls import HOP_HEADER, ProxyResponse
@@ -104,6 +106,31 @@ async def test_no_local_replica_forwards_to_the_nearest_peer_paying_the_demo_rtt
     assert response["X-Meridian-Entry"] == "lb-us"
     assert response["X-Meridian-Replica"] == "near-r"
     assert rt.metrics.requests.value(MODEL, "200", "forwarded_out") == 1
+    assert rt.inflight() == 0
+
+
+async def test_engines_that_schedule_by_priority_get_the_cost_models_priority(
+    build_runtime: Any,
+) -> None:
+    """``engine_queue: priority`` (vLLM started with ``--scheduling-policy priority``):
+    each request reaches its replica with the priority the cost model gave it, 1 for
+    a cold copy into a cache with no room for it and 0 once the replica holds the
+    prompt; the client's own fields are kept."""
+    upstreams = Upstreams()
+    spec = ModelSpec(
+        MODEL,
+        policy="meridian",
+        policy_params={"engine_queue": "priority", "kv_capacity_tokens": 256},
+        pushing=PushingConfig(PushingMode.TOKENS),
+    )
+    rt = await build_runtime(upstreams, replicas=("a",), model=spec)
+    long = " ".join(f"word{i}" for i in range(600))
+    for _ in range(2):
+        response = await rt.dispatcher.dispatch(proxy_call(content=long))
+        assert response.status_code == 200
+    sent = [json.loads(call.content) for call in upstreams.calls]
+    assert [body["priority"] for body in sent] == [1, 0]
+    assert all(body["messages"][0]["content"] == long for body in sent)
     assert rt.inflight() == 0
 
 

@@ -158,6 +158,28 @@ def test_upstream_body_is_the_clients_own_bytes_unless_usage_must_be_asked_for()
     }  # fmt: skip
 
 
+def test_a_priority_is_spliced_in_unless_the_client_set_its_own() -> None:
+    """Engines that schedule by priority get the balancer's (``Choice.priority``), in
+    the same splice as the usage option; a client's own priority stands."""
+    plain = b'{"model": "m", "prompt": "x"} '
+    body = parse_request(plain, Endpoint.COMPLETIONS).upstream_body(1)
+    assert body == b'{"model": "m", "prompt": "x", "priority": 1}'
+    streamed = parse_request(b'{"model":"m","prompt":"x","stream":true}', Endpoint.COMPLETIONS)
+    assert json.loads(streamed.upstream_body(0)) == {
+        "model": "m", "prompt": "x", "stream": True,
+        "stream_options": {"include_usage": True}, "priority": 0,
+    }  # fmt: skip
+    own = b'{"model": "m", "prompt": "x", "priority": -5}'
+    assert parse_request(own, Endpoint.COMPLETIONS).upstream_body(1) == own
+    utf16 = json.dumps({"model": "m", "prompt": "x"}).encode("utf-16")
+    assert json.loads(parse_request(utf16, Endpoint.COMPLETIONS).upstream_body(1)) == {
+        "model": "m", "prompt": "x", "priority": 1
+    }  # fmt: skip
+    declined = _body({**CHAT, "stream": True, "stream_options": {"include_usage": False}})
+    upstream = json.loads(parse_request(declined, Endpoint.CHAT).upstream_body(1))
+    assert upstream["stream_options"] == {"include_usage": True} and upstream["priority"] == 1
+
+
 def test_other_encodings_and_existing_stream_options_are_reencoded() -> None:
     utf16 = json.dumps({"model": "m", "prompt": "x", "stream": True}).encode("utf-16")
     assert json.loads(parse_request(utf16, Endpoint.COMPLETIONS).upstream_body()) == {

@@ -14,6 +14,7 @@ import pytest
 
 from core.availability import PushingMode
 from core.policies.meridian import MeridianConfig, MeridianPolicy
+from core.policies.meridian_terms import COLD_COPY_PRIORITY, DEFAULT_PRIORITY
 from core.policy import CostModel, Option
 from core.prefix_digest import PrefixDigest, digest_of
 from core.radix_tree import RadixTree
@@ -274,6 +275,30 @@ def test_a_longest_prefix_first_engine_admits_what_it_caches_past_the_limit() ->
         MeridianConfig(engine_queue="sjf")
     with pytest.raises(Exception, match="engine_queue"):
         build_policy("meridian", {"engine_queue": 1})
+
+
+def test_engines_that_schedule_by_priority_start_cached_turns_before_cold_copies() -> None:
+    # vLLM with --scheduling-policy priority serves lower values first and preempts
+    # higher ones first: a cold copy into a cache whose look-ahead has no room for it
+    # goes as COLD_COPY_PRIORITY, so cached turns are not queued behind it while their
+    # history ages in the LRU; every other request keeps the default, arrival order.
+    policy = MeridianPolicy(MeridianConfig(engine_queue="priority", kv_capacity_tokens=2000))
+    holder = target("holder")
+    history = prefix(1, 40)  # 640 tokens (+256 decoding in the look-ahead)
+    first = policy.choose(request(history), [holder], [], [])
+    assert first.option is Option.REPLICA and first.priority == DEFAULT_PRIORITY  # room
+    turn = policy.choose(request(prefix(2, 4, history)), [holder], [], [])
+    assert turn.target is holder and turn.priority == DEFAULT_PRIORITY  # cached
+    cold = policy.choose(request(prefix(3, 40)), [holder], [], [])
+    assert cold.target is holder and cold.priority == COLD_COPY_PRIORITY  # 2,112 > 2,000
+    short = request(prefix(4, 40, prefix(1, 16)))  # 256 tokens cached: no more than the slack
+    assert policy.choose(short, [holder], [], []).priority == COLD_COPY_PRIORITY
+    again = policy.choose(request(prefix(5, 2, history)), [holder], [], [])
+    assert again.priority == DEFAULT_PRIORITY  # a full cache, but this turn is cached
+    # A wait carries none (it is given where the request is sent), nor does any choice
+    # for other engines, which would not read it: their bodies go as the client sent them.
+    assert policy.choose(request(prefix(6, 4)), [], [], []).priority is None
+    assert MeridianPolicy().choose(request(history), [holder], [], []).priority is None
 
 
 def test_waiting_for_the_held_back_holder_beats_a_cold_replica() -> None:
