@@ -216,6 +216,10 @@ siblings) and ShareGPT on small caches 3.7 % more.  The balancer's own queue can
 do this: holding cold prompts there longer moved the hit rate from 12.3 to
 13.4-14.0 % and goodput not at all, because the turns waited in the engines'
 queues (docs/results.md, *Cached turns first: vLLM's priority scheduling*).
+The price is the cold prompts' tail: vLLM's priority queue does not age, and
+under overload a cold copy waits while cached turns keep coming (ShareGPT on
+8k-token caches: TTFT p99 41 s against 18 s, as on SGLang's longest-prefix
+engines, 44 s).
 Admission and the balancer's queue are as for first come, first served: treating
 such engines as reordering (``engines_reorder``, as for "lpm") served mixed ToT
 8 % less with the full-cache rule (4 % with every cold prompt marked).
