@@ -12,7 +12,8 @@ from core.registry import policy_names
 from sim.des.config import DEFAULT_TTFT_SLO_S, SimConfig, SimConfigError
 from sim.des.metrics import summarize
 from sim.des.world import SimRun, World, engine_defaults, simulate
-from sim.engine import EngineConfig
+from sim.engine import Engine, EngineConfig
+from sim.engine.request import EngineRequest
 from sim.engine.schedule_policy import SchedulePolicy
 
 
@@ -171,6 +172,30 @@ def test_under_overload_the_cost_model_drops_nothing_least_load_serves(
     assert meridian.failed == meridian.unfinished == 0
 
 
+def test_engines_that_schedule_by_priority_receive_the_cost_models_priorities(
+    make_config: Callable[..., SimConfig], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The simulated balancer hands each placement's priority to the engine request: on
+    a cost model that sees every cache as full, a cold prompt goes as 1 and a turn its
+    replica caches as 0; engines on vLLM's default order get none (all 0)."""
+    received: list[int] = []
+    add_request = Engine.add_request
+
+    def recording(engine: Engine, request: EngineRequest) -> None:
+        received.append(request.priority)
+        add_request(engine, request)
+
+    monkeypatch.setattr(Engine, "add_request", recording)
+    params = {"kv_capacity_tokens": 16, "affinity_tokens": 0}
+    priority = dataclasses.replace(EngineConfig(), schedule_policy=SchedulePolicy.PRIORITY)
+    simulate(make_config(policy="meridian", engine=priority, policy_params=params))
+    assert received.count(1) > 0 and received.count(0) > 0
+    assert set(received) == {0, 1} and len(received) >= 30
+    received.clear()
+    simulate(make_config(policy="meridian", policy_params=params))
+    assert received and set(received) == {0}
+
+
 def test_the_cost_model_starts_from_the_simulated_engines_profile() -> None:
     small_kv = EngineConfig.for_profile("l4-llama3.1-8b-small-kv")
     params = engine_defaults("meridian", small_kv)
@@ -188,6 +213,8 @@ def test_the_cost_model_starts_from_the_simulated_engines_profile() -> None:
     assert params["engine_queue"] == "fcfs"
     lpm = dataclasses.replace(small_kv, schedule_policy=SchedulePolicy.LPM)
     assert engine_defaults("meridian", lpm)["engine_queue"] == "lpm"
+    by_priority = dataclasses.replace(small_kv, schedule_policy=SchedulePolicy.PRIORITY)
+    assert engine_defaults("meridian", by_priority)["engine_queue"] == "priority"
     # The sequences an engine runs at once: past them a request waits for a slot.
     assert params["max_num_seqs"] == 64 and h100["max_num_seqs"] == 1024
     # A policy without these knobs gets none; a profile with no GPU time says nothing.
