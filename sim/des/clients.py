@@ -17,6 +17,7 @@ next turn carries the very tokens the engine cached.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
@@ -53,6 +54,11 @@ class RequestRecord:
     # blocks its reply completed (continuing the chain), as the engine caches them.
     prompt_keys: tuple[int, ...] = ()
     reply_keys: tuple[int, ...] = ()
+    # The program it is a step of (a conversation, a tree), named per region in the
+    # order programs started, and the step's index in it: what links a turn to the
+    # turn before it in a reader's own breakdown (``sim.des.records``).
+    program: str = ""
+    step: int = 0
 
     @property
     def ttft(self) -> float | None:
@@ -104,6 +110,7 @@ class RegionClients:
         self.running = 0  # programs started and not finished
         self.arrival_pending = False  # an open-loop arrival is scheduled
         self._ids = 0
+        self._programs = 0
 
     def idle(self) -> bool:
         """Nothing running and nothing more to come (budget spent or source exhausted)."""
@@ -143,10 +150,16 @@ class RegionClients:
         ProgramRun(self, program, lambda: None).start()
         self._arrive(scheduled, origin)
 
+    def next_program(self) -> str:
+        """A name for the program starting now: the region and its start order."""
+        self._programs += 1
+        return f"{self.region}-p{self._programs}"
+
     # -- one request -----------------------------------------------------------------
 
-    def send(self, request: Request, on_done: Done) -> bool:
-        """Issue ``request``; False when the budget is spent (it is not sent)."""
+    def send(self, request: Request, on_done: Done, *, program: str = "", step: int = 0) -> bool:
+        """Issue ``request``, step ``step`` of ``program``; False when the budget is
+        spent (it is not sent)."""
         ctx = self.ctx
         if ctx.budget.spent(self.loop.now):
             return False
@@ -157,6 +170,7 @@ class RegionClients:
         record = RequestRecord(
             f"{self.region}-{self._ids}", self.region, self.loop.now, len(tokens)
         )
+        record.program, record.step = program, step
         ctx.records.append(record)
         record.prompt_keys = tuple(block_hashes(tokens, seed=ctx.hash_seed))
         descriptor = RequestDescriptor(
@@ -231,6 +245,7 @@ class ProgramRun:
         self, clients: RegionClients, program: Program, finished: Callable[[], None]
     ) -> None:
         self.clients, self.program, self.finished = clients, program, finished
+        self.name = clients.next_program()
         self.replies: dict[int, str] = {}
         self.waiting_on = [len(step.after) for step in program.steps]
         self.children: list[list[int]] = [[] for _ in program.steps]
@@ -253,7 +268,8 @@ class ProgramRun:
     def _send(self, index: int) -> None:
         step = self.program.steps[index]
         request = step.render(self.replies, self.program.session_key)
-        if self.clients.send(request, lambda result: self._done(index, result)):
+        done = functools.partial(self._done, index)
+        if self.clients.send(request, done, program=self.name, step=index):
             self.open += 1
 
     def _done(self, index: int, result: CallResult) -> None:

@@ -31,6 +31,8 @@ def _row(label: str, record: RequestRecord, start: float, ttft_slo_s: float) -> 
         "run": label,
         "request_id": record.request_id,
         "client_region": record.region,
+        "program": record.program,
+        "step": record.step,
         "sent_s": _rounded(record.sent_at - start),
         "status": record.status if record.done_at is not None else None,
         "ok": record.ok,

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
+from typing import Any
 
 from sim.des.calls import Journey
 from sim.des.clients import RequestRecord
@@ -52,3 +54,26 @@ def test_a_request_that_never_answered_has_no_latencies(
     assert second["status"] is None  # still unfinished when the run ended
     assert second["sent_s"] == 1.0 and second["queue_wait_s"] == 2.5
     assert second["e2e_s"] is None and second["replica"] is None
+
+
+def test_a_rows_program_and_step_link_each_turn_to_the_turn_before_it(
+    make_config: Callable[..., SimConfig],
+) -> None:
+    run = simulate(make_config(policy="meridian", replicas={"us-east": 2}, clients={"us-east": 3}))
+    rows = list(request_rows("meridian", run, 1.0))
+    by_program: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        by_program.setdefault(str(row["program"]), []).append(row)
+    # Named per region in start order; three clients run one conversation at a time.
+    assert len(by_program) > 3 and all(name.startswith("us-east-p") for name in by_program)
+    later_turns = 0
+    for turns in by_program.values():
+        # Rows come in send order, and a conversation's turns go one after another.
+        assert [row["step"] for row in turns] == list(range(len(turns)))
+        for before, after in itertools.pairwise(turns):
+            # (Times are rounded to the microsecond.)
+            assert after["sent_s"] >= before["sent_s"] + before["e2e_s"] - 2e-6
+            # The next turn's prompt is the last one's, its reply and a new message.
+            assert after["prompt_tokens"] > before["prompt_tokens"] + before["completion_tokens"]
+            later_turns += 1
+    assert later_turns > 0
