@@ -17,6 +17,11 @@ does not guess like a router-side trie does.
   before the replica reports them.  A ``BlockStored`` confirms an entry; one
   never confirmed expires ``speculative_ttl_s`` after it was made.
 
+Every block an engine removed (``apply_removed``, ``clear``, and what a ``sync``
+snapshot no longer holds) also goes to ``evictions`` (``core.eviction_log``), which
+tells the mismatch detector whether a request's prefix was evicted after it was
+routed.
+
 Bounds: each replica holds at most ``max_blocks_per_replica`` entries (oldest
 reported first out, since an engine evicts LRU blocks too), and at most
 ``max_speculative`` speculative entries exist at once (oldest first out).  Both
@@ -29,6 +34,8 @@ from __future__ import annotations
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Collection, Iterable, Sequence
+
+from core.eviction_log import EvictionLog
 
 # A holder's state: CONFIRMED, or the monotonic deadline of a speculative entry.
 CONFIRMED: float | None = None
@@ -54,6 +61,7 @@ class CacheMap:
         # (deadline, hash, replica) in creation order; an entry whose deadline no longer
         # matches the holder's state is stale (confirmed or re-speculated) and skipped.
         self._pending: deque[tuple[float, int, str]] = deque()
+        self.evictions = EvictionLog()
 
     # -- push events (the control plane's API) ------------------------------------------
 
@@ -68,28 +76,36 @@ class CacheMap:
 
     def apply_removed(self, replica: str, block_hashes: Iterable[int]) -> None:
         """A batch of BlockRemoved: drop each through the reverse index, O(batch)."""
+        removed = list(block_hashes)
+        self.evictions.record(replica, removed)
         index = self._by_replica.get(replica)
         if index is None:
             return
-        for h in block_hashes:
+        for h in removed:
             if h in index:
                 del index[h]
                 self._drop_holder(h, replica)
 
     def clear(self, replica: str) -> None:
-        """AllBlocksCleared (or the replica left): forget everything it held."""
-        for h in self._by_replica.pop(replica, OrderedDict()):
-            self._drop_holder(h, replica)
+        """AllBlocksCleared: the engine dropped everything it held."""
+        self.evictions.record(replica, self._confirmed(replica))
+        self._forget(replica)
 
     def sync(self, replica: str, block_hashes: Iterable[int]) -> None:
-        """Anti-entropy: replace what is known about ``replica`` by its full snapshot."""
-        self.clear(replica)
-        self.apply_stored(replica, block_hashes)
+        """Anti-entropy: replace what is known about ``replica`` by its full snapshot
+        (what the map held and the snapshot lacks, the engine removed)."""
+        snapshot = list(block_hashes)
+        held = set(snapshot)
+        gone = [h for h in self._confirmed(replica) if h not in held]
+        self.evictions.record(replica, gone)
+        self._forget(replica)
+        self.apply_stored(replica, snapshot)
 
     def retain(self, replicas: Iterable[str]) -> None:
         keep = frozenset(replicas)
         for replica in [r for r in self._by_replica if r not in keep]:
-            self.clear(replica)
+            self._forget(replica)
+        self.evictions.retain(keep)
 
     # -- queries ------------------------------------------------------------------------
 
@@ -175,6 +191,15 @@ class CacheMap:
             self._drop_pending(*pending.popleft())
 
     # -- internals ----------------------------------------------------------------------
+
+    def _confirmed(self, replica: str) -> list[int]:
+        """The blocks ``replica`` reported holding (not the speculated ones)."""
+        holders = self._holders
+        return [h for h in self._by_replica.get(replica, ()) if holders[h][replica] is CONFIRMED]
+
+    def _forget(self, replica: str) -> None:
+        for h in self._by_replica.pop(replica, OrderedDict()):
+            self._drop_holder(h, replica)
 
     def _index(self, replica: str) -> OrderedDict[int, None]:
         index = self._by_replica.get(replica)

@@ -29,7 +29,7 @@ from core import errors
 from core.dispatch import Decision, DispatchCore, Failure, Refuse, Send, Ticket, Wait
 from core.remote import Placement
 from core.sse import SseRelay, Usage
-from routing.cache_view import CacheViewMonitor
+from routing.cache_view import CacheViewMonitor, Expectation
 from routing.calls import HOP_HEADER, ROUTE_FORWARDED_OUT, ProxyCall, ProxyResponse
 from routing.internal_auth import PEER_TOKEN_HEADER
 from routing.queue_pump import QueuePump, Waiter
@@ -119,7 +119,7 @@ class Dispatcher:
                 if placement.peer is None:
                     self.core.forecast.abandon(placement.label, call.descriptor.request_id)
 
-    def _expected_cached(self, call: ProxyCall, placement: Placement) -> int | None:
+    def _expected_cached(self, call: ProxyCall, placement: Placement) -> Expectation | None:
         """What the cache map expects the replica to find cached, taken before it runs."""
         if self.cache_view is None or placement.peer is not None:
             return None
@@ -165,7 +165,7 @@ class Dispatcher:
         target: Placement,
         route: str,
         opened: Opened,
-        expected: int | None,
+        expected: Expectation | None,
     ) -> ProxyResponse:
         ttft = opened.first_byte_at - call.arrived
         self.metrics.ttft.observe(ttft, call.request.model, route)
@@ -202,7 +202,7 @@ class Dispatcher:
         route: str,
         opened: Opened,
         payload: bytes,
-        expected: int | None,
+        expected: Expectation | None,
     ) -> ProxyResponse:
         usage = None
         content_type = opened.content_type
@@ -232,7 +232,7 @@ class Dispatcher:
         *,
         ok: bool,
         failure: Failure | None = None,
-        expected: int | None = None,
+        expected: Expectation | None = None,
         decode_s: float | None = None,
     ) -> None:
         """End-of-request accounting: lease, counters, latency, token usage, the

@@ -18,8 +18,9 @@ pushes refused because it was full (429).  Nothing leaves the queue uncounted.
 The balancer's own view of each replica's cache is checked too: the state of its
 KV-event stream (``meridian_kv_event_stream_state``, 1 on the current state:
 ``ok``, ``no_stream``, ``connect_endpoint``, ``silent``), and the hit-rate
-mismatch detector's expected and reported cached tokens, mismatch share and state
-(``warming``, ``ok``, ``mismatch``); see docs/runbook.md for what each means.
+mismatch detector's expected and reported cached tokens, mismatch and evicted shares and
+state (``warming``, ``ok``, ``mismatch``, ``evicting``); see docs/runbook.md for what each
+means.
 """
 
 from __future__ import annotations
@@ -224,12 +225,19 @@ class BalancerMetrics:
         )
         self.cache_mismatch_ratio = r.gauge(
             "meridian_cache_view_mismatch_ratio",
-            "Share of the replica's recent checked requests off by more than one block.",
+            "Share of the replica's recent checked requests off by more than one block, "
+            "not counting those whose prefix its engine evicted after they were routed.",
+            ["replica"],
+        )
+        self.cache_evicted_ratio = r.gauge(
+            "meridian_cache_view_evicted_ratio",
+            "Share of the replica's recent checked requests that found less cached because "
+            "its engine evicted the expected blocks after they were routed.",
             ["replica"],
         )
         self.cache_view_state = r.gauge(
             "meridian_cache_view_state",
-            "1 on the mismatch detector's state for the replica (warming, ok, mismatch).",
+            "1 on the mismatch detector's state for the replica (warming, ok, mismatch, evicting).",
             ["replica", "state"],
         )
         self.anticipated_kv = r.gauge(
@@ -303,6 +311,7 @@ class BalancerMetrics:
             ((name, str(s)), int(s is now)) for name, now in streams.items() for s in StreamState
         )
         self.cache_mismatch_ratio.replace(((name,), c.ratio) for name, c in checks)
+        self.cache_evicted_ratio.replace(((name,), c.evicted_ratio) for name, c in checks)
         self.cache_view_state.replace(
             ((name, str(s)), int(s is c.state)) for name, c in checks for s in ViewState
         )

@@ -126,3 +126,26 @@ def test_reverse_index_always_mirrors_the_forward_map(
             # The snapshot replaced everything; beyond the bound its newest blocks stay.
             newest = list(dict.fromkeys(reversed(hashes)))[:8]
             assert set(m.blocks_of(who)) == set(newest)
+
+
+def test_what_the_engine_removed_goes_to_the_eviction_log() -> None:
+    m = make_map(FakeClock())
+    m.apply_stored("a", [1, 2, 3, 4])
+    m.speculate("a", [8])
+    mark = m.evictions.mark("a")
+    m.apply_removed("a", [1])
+    assert m.evictions.removed_since("a", [1], mark)
+    mark = m.evictions.mark("a")
+    # A snapshot without 2 says the engine removed it; 3 and 4 are still held.
+    m.sync("a", [3, 4, 5])
+    assert m.evictions.removed_since("a", [2], mark)
+    assert not m.evictions.removed_since("a", [3, 4], mark)
+    mark = m.evictions.mark("a")
+    m.speculate("a", [9])
+    m.clear("a")  # AllBlocksCleared: every block it reported, not the guesses
+    assert m.evictions.removed_since("a", [3], mark)
+    assert not m.evictions.removed_since("a", [9], mark)
+    mark_b = m.evictions.mark("b")
+    m.apply_stored("b", [1])
+    m.retain(["a"])  # a replica that left removed nothing
+    assert not m.evictions.removed_since("b", [1], mark_b)

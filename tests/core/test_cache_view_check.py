@@ -6,11 +6,15 @@ import pytest
 
 from core.cache_map import CacheMap
 from core.cache_view_check import (
+    EVICTING_ADVICE,
+    MISMATCH_ADVICE,
+    Comparison,
     MismatchConfig,
     MismatchDetector,
     ViewState,
     confirmed_prefix_blocks,
     expected_cached_tokens,
+    replica_warnings,
 )
 
 BLOCK = 16
@@ -83,3 +87,54 @@ def test_replicas_that_left_are_forgotten() -> None:
 def test_bad_configs_are_refused(config: dict[str, float]) -> None:
     with pytest.raises(ValueError):
         MismatchConfig(**config)  # type: ignore[arg-type]
+
+
+def test_a_prefix_the_engine_evicted_after_routing_is_not_held_against_the_view() -> None:
+    d = detector()
+    states = [
+        d.observe("a", expected=64, reported=16, block_size=BLOCK, evicted_since=True)[1]
+        for _ in range(4)
+    ]
+    assert states == [ViewState.WARMING] * 3 + [ViewState.EVICTING]
+    check = d.check("a")
+    assert check is not None and check.ratio == 0.0 and check.evicted_ratio == 1.0
+    assert list(check.window) == [Comparison.EVICTED] * 4
+
+
+def test_eviction_explains_only_finding_less() -> None:
+    d = detector()
+    # Found more than expected: the view lacked blocks the engine had, evictions or not.
+    d.observe("a", expected=0, reported=64, block_size=BLOCK, evicted_since=True)
+    # Found less with nothing of it removed since routing: the view held blocks the
+    # engine did not have when the request was routed.
+    d.observe("a", expected=64, reported=0, block_size=BLOCK, evicted_since=False)
+    # Within a block: agreement, whatever was removed.
+    d.observe("a", expected=64, reported=48, block_size=BLOCK, evicted_since=True)
+    check = d.check("a")
+    assert check is not None
+    assert list(check.window) == [Comparison.MISSED, Comparison.MISSED, Comparison.AGREED]
+
+
+def test_a_wrong_view_comes_before_a_thrashing_cache() -> None:
+    d = detector(threshold=0.3)
+    for evicted in (True, True, False, False, True, False):
+        d.observe("a", expected=64, reported=0, block_size=BLOCK, evicted_since=evicted)
+    check = d.check("a")
+    assert check is not None and check.ratio == check.evicted_ratio == 0.5
+    assert check.state is ViewState.MISMATCH
+    for _ in range(10):
+        d.observe("a", expected=64, reported=0, block_size=BLOCK, evicted_since=True)
+    assert d.check("a").state is ViewState.EVICTING  # type: ignore[union-attr]
+
+
+def test_each_state_warns_with_its_own_advice() -> None:
+    evicting = {"state": "evicting", "advice": EVICTING_ADVICE}
+    mismatch = {"state": "mismatch", "advice": MISMATCH_ADVICE}
+    assert replica_warnings(None, evicting) == [
+        {"kind": "cache_evicting", "message": EVICTING_ADVICE}
+    ]
+    assert replica_warnings(None, mismatch) == [
+        {"kind": "cache_view_mismatch", "message": MISMATCH_ADVICE}
+    ]
+    assert replica_warnings(None, {"state": "ok", "advice": ""}) == []
+    assert "--scheduling-policy priority" in EVICTING_ADVICE

@@ -8,12 +8,16 @@ processes: emulated replicas publishing (or not) vLLM KV events, real balancers.
 * A replica whose endpoint is written ``tcp://127.0.0.1:PORT`` makes the publisher
   connect instead of bind (as vLLM does): ``connect_endpoint``.
 * A replica that serves prefix-cache misses while no event arrives: ``silent``.
+* A replica whose small KV cache evicts a prefix while a request routed for it
+  waits behind a long one: the view was right, and the warning says the cache
+  evicts (``evicting``), not that the view is wrong.
 
 Claims are on ``/internal/state`` and ``/metrics``, waited for with bounded polling.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -29,6 +33,13 @@ from tests.support.processes import ProcessGroup, free_port, free_port_run
 pytestmark = [pytest.mark.integration, pytest.mark.django_db]
 
 GOOD, BAD, CONNECT, SILENT = "hv-good", "hv-bad", "hv-connect", "hv-silent"
+EVICT = "hv-evict"
+# 24 blocks of 16 tokens, one sequence at a time, at a quarter of the L4's times: a
+# request queued behind a long one waits while that one's decode evicts the cache.
+SMALL_CACHE = (
+    "--profile", "l4-llama3.1-8b", "--num-blocks", "24", "--max-num-seqs", "1",
+    "--time-scale", "0.25",
+)  # fmt: skip
 DETECTOR = {
     "MERIDIAN_CACHE_MISMATCH_WINDOW": "8",
     "MERIDIAN_CACHE_MISMATCH_MIN_REQUESTS": "6",
@@ -66,8 +77,8 @@ class Fleet:
         return (stream.get("next_sequence") or 0) >= sequence and stream.get("pending") == 0
 
 
-def prompt(tag: str) -> str:
-    return f"{tag} " + " ".join(f"w{i}" for i in range(80))  # five full 16-token blocks
+def prompt(tag: str, words: int = 80) -> str:
+    return f"{tag} " + " ".join(f"w{i}" for i in range(words))  # 80: five full 16-token blocks
 
 
 @pytest.fixture(scope="module")
@@ -76,10 +87,11 @@ def fleet(
 ) -> Iterator[Fleet]:
     # Each replica serves a model of its own name, so each test's traffic stays on it.
     right_region, wrong_region = topology.region("hv-right"), topology.region("hv-wrong")
-    ports = {name: free_port() for name in (GOOD, BAD, CONNECT, SILENT)}
-    kv = free_port_run(3)
+    ports = {name: free_port() for name in (GOOD, BAD, CONNECT, SILENT, EVICT)}
+    kv = free_port_run(4)
     replay = free_port_run(3)
     placement = {GOOD: right_region, CONNECT: right_region, SILENT: right_region}
+    placement[EVICT] = right_region
     for name, port in ports.items():
         topology.replica(name, placement.get(name, wrong_region), port, model=name)
     for index, name in enumerate((GOOD, BAD)):
@@ -92,10 +104,15 @@ def fleet(
         str(kv + 2), "--kv-events-host", "127.0.0.1", model=CONNECT,
     )  # fmt: skip
     start_replicas(module_processes, SILENT, {SILENT: ports[SILENT]}, model=SILENT)
+    start_replicas(
+        module_processes, EVICT, {EVICT: ports[EVICT]}, "--kv-events-port-base",
+        str(kv + 3), *SMALL_CACHE, model=EVICT,
+    )  # fmt: skip
     params: dict[str, Any] = {"pushing": "blind"}
     engines_hash = {"mode": "vllm"}  # the emulated engines' default seed
     wrong_seed = {"mode": "vllm", "hash_seed": "not-the-engines"}
-    for name, identity in ((GOOD, engines_hash), (BAD, wrong_seed), (CONNECT, engines_hash)):
+    hashing = ((GOOD, engines_hash), (BAD, wrong_seed), (CONNECT, engines_hash))
+    for name, identity in (*hashing, (EVICT, engines_hash)):
         service_params = {**params, "block_identity": identity}
         topology.service(name, policy="cache_map", policy_params=service_params)
     # An endpoint configured where nothing publishes: the stream stays silent.
@@ -186,3 +203,47 @@ def test_misses_without_events_make_the_stream_silent(fleet: Fleet) -> None:
     eventually(silent, what="the silent-stream warning", interval=0.1)
     warning = fleet.row(fleet.right, SILENT)["warnings"][0]
     assert warning["kind"] == "kv_stream_silent" and "tcp://*:PORT" in warning["message"]
+
+
+def test_a_cache_that_evicts_what_waits_on_it_is_told_from_a_wrong_view(fleet: Fleet) -> None:
+    """Each round caches a prompt on the replica, starts a long request there (both
+    sent to the replica itself, so the balancer checks neither), and sends the prompt
+    again through the balancer: routed while the map confirms its blocks, it waits
+    behind the long one, whose decode evicts them.  Without the engine's eviction
+    events in the comparison, these requests read as a wrong view (``mismatch``)."""
+    subscribe(fleet, fleet.right, EVICT)
+    replica = fleet.replicas[EVICT]
+    found = []
+    for round_ in range(6):
+        kept = prompt(f"kept-{round_}")
+        direct(replica, EVICT, kept, max_tokens=1)
+        eventually(lambda: fleet.applied(fleet.right, EVICT), what="the prompt's blocks mapped")
+        # 193 prompt tokens and 176 decoded fill all 24 blocks: the kept prompt's five,
+        # freed last, are evicted last, about a second into the long request's decode.
+        long = threading.Thread(
+            target=direct, args=(replica, EVICT, prompt(f"long-{round_}", 190), 176)
+        )
+        long.start()
+        eventually(lambda: running(replica) == 1, what="the long request running", interval=0.005)
+        body = fleet.complete(fleet.right, EVICT, kept)
+        long.join()
+        found.append(body["usage"]["prompt_tokens_details"]["cached_tokens"])
+    assert all(cached < 64 for cached in found)  # the map expected 80 tokens each time
+    row = fleet.row(fleet.right, EVICT)
+    view = row["cache_view"]
+    assert view["state"] == "evicting" and view["mismatch_ratio"] == 0.0
+    assert view["evicted_ratio"] > 0.5 and view["expected_cached_tokens"] >= 6 * 64
+    assert [w["kind"] for w in row["warnings"]] == ["cache_evicting"]
+    assert "--scheduling-policy priority" in row["warnings"][0]["message"]
+    assert metric(fleet.right, "meridian_cache_view_state", replica=EVICT, state="evicting") == 1
+    assert metric(fleet.right, "meridian_cache_view_evicted_ratio", replica=EVICT) > 0.5
+
+
+def direct(replica: str, model: str, text: str, max_tokens: int) -> None:
+    """A completion sent to the replica itself, past every balancer."""
+    body = {"model": model, "prompt": text, "max_tokens": max_tokens, "ignore_eos": True}
+    http_probe.post(f"{replica}/v1/completions", json=body, timeout=30).raise_for_status()
+
+
+def running(replica: str) -> float:
+    return metric(replica, "vllm:num_requests_running")
