@@ -59,7 +59,7 @@ class Comparison(StrEnum):
 
     AGREED = "agreed"  # within ``tolerance_blocks`` of the expectation
     MISSED = "missed"  # the view was wrong when the request was routed
-    EVICTED = "evicted"  # found less, and the engine removed the expected blocks since
+    EVICTED = "evicted"  # found less: the engine removed the first block it lacked since
 
 
 MISMATCH_ADVICE = (

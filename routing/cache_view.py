@@ -6,8 +6,8 @@ replica, times the block size (``core.cache_view_check``), and the count of that
 replica's removals so far (``core.eviction_log``).  Computed at completion
 instead, it would count the blocks this very request stored.  ``observe`` runs
 when the request finished with usage, asks the map whether the engine removed
-any of the expected blocks since, and feeds the detector; a change of state is
-logged once.  Replicas without a KV-event stream, and models not routed by
+the first expected block it did not find since, and feeds the detector; a change
+of state is logged once.  Replicas without a KV-event stream, and models not routed by
 ``cache_map``, get no expectation and are not checked.
 """
 
