@@ -7,8 +7,12 @@ replica's removals so far (``core.eviction_log``).  Computed at completion
 instead, it would count the blocks this very request stored.  ``observe`` runs
 when the request finished with usage, asks the map whether the engine removed
 the first expected block it did not find since, and feeds the detector; a change
-of state is logged once.  Replicas without a KV-event stream, and models not routed by
-``cache_map``, get no expectation and are not checked.
+of state is logged once.  A request that found less and whose removal is not in
+the map yet is judged after the next event batch but one (``after_batch``): an
+engine that evicts a prefix just before it schedules the request publishes the
+removals just before the answer, and the consumer reads them on the same event
+loop and applies them in batches.  Replicas without a KV-event stream, and models
+not routed by ``cache_map``, get no expectation and are not checked.
 """
 
 from __future__ import annotations
@@ -42,6 +46,16 @@ class Expectation:
     mark: int
 
 
+@dataclass(frozen=True, slots=True)
+class Report:
+    """A completed request's comparison, judged at once or after the next batches."""
+
+    replica: str
+    model: str
+    expected: Expectation
+    reported: int
+
+
 class CacheViewMonitor:
     def __init__(
         self, kv: KVEventConsumer, metrics: BalancerMetrics, config: MismatchConfig | None = None
@@ -49,6 +63,10 @@ class CacheViewMonitor:
         self.kv = kv
         self.metrics = metrics
         self.detector = MismatchDetector(config or MismatchConfig())
+        # Short reports no eviction explained yet: arriving since the last batch, and
+        # held through one whole batch interval (judged after the next).
+        self._arriving: list[Report] = []
+        self._held: list[Report] = []
 
     def block_size(self, model: str) -> int:
         """The block size the balancer's keys are made with: the model's scheme's
@@ -72,17 +90,42 @@ class CacheViewMonitor:
     def observe(
         self, replica: str, model: str, expected: Expectation | None, reported: int
     ) -> None:
+        """Judge one completed request, or hold it for the event batches to come: an
+        engine that evicted the prefix just before it scheduled the request published
+        the removals just before the answer, and the consumer may not have read them
+        yet (it reads on the same event loop, and applies in batches)."""
         if expected is None:
             return
         self.metrics.cache_expected.inc(replica, amount=expected.tokens)
         self.metrics.cache_reported.inc(replica, amount=reported)
-        size = self.block_size(model)
+        report = Report(replica, model, expected, reported)
+        if self._short(report) and not self._evicted_since(report):
+            self._arriving.append(report)
+        else:
+            self._judge(report)
+
+    def after_batch(self) -> None:
+        """The KV-event consumer applied a batch: judge the reports held back since
+        before the previous batch (a whole batch interval of events read since each),
+        now with what those events removed."""
+        ripe, self._held, self._arriving = self._held, self._arriving, []
+        for report in ripe:
+            self._judge(report)
+
+    def _short(self, report: Report) -> bool:
+        """The engine found more than a tolerance less than the map expected."""
+        size = self.block_size(report.model)
+        tolerance = self.detector.config.tolerance_blocks * size
+        return report.expected.tokens - report.reported > tolerance
+
+    def _judge(self, report: Report) -> None:
+        replica = report.replica
         before, after = self.detector.observe(
             replica,
-            expected=expected.tokens,
-            reported=reported,
-            block_size=size,
-            evicted_since=self._evicted_since(replica, model, expected, reported // size),
+            expected=report.expected.tokens,
+            reported=report.reported,
+            block_size=self.block_size(report.model),
+            evicted_since=self._short(report) and self._evicted_since(report),
         )
         if after is before:
             return
@@ -99,22 +142,27 @@ class CacheViewMonitor:
         elif before in ADVICE:
             logger.info("cache view of %s: matches the engine again", replica)
 
-    def _evicted_since(
-        self, replica: str, model: str, expected: Expectation, found_blocks: int
-    ) -> bool:
+    def _evicted_since(self, report: Report) -> bool:
         """Whether the engine removed the first expected block it did not find after
         the request was routed: what it found ends where its own eviction cut the
         prefix (an engine evicts a freed prefix from its tail), not where the view
         went wrong.  A report of nothing from an engine that keeps the prefix's head
         (usage without ``cached_tokens``) stays a miss."""
-        policy = self.kv.cache_map_policy(model)
-        missing = expected.blocks[found_blocks : found_blocks + 1]
+        policy = self.kv.cache_map_policy(report.model)
+        found = report.reported // self.block_size(report.model)
+        missing = report.expected.blocks[found : found + 1]
         if policy is None or not missing:
             return False
-        return policy.cache_map.evictions.removed_since(replica, missing, expected.mark)
+        # Applied in batches: what was read since the last one may hold the removal.
+        self.kv.flush(report.replica)
+        evictions = policy.cache_map.evictions
+        return evictions.removed_since(report.replica, missing, report.expected.mark)
 
     def retain(self, replicas: list[str]) -> None:
         self.detector.retain(replicas)
+        kept = set(replicas)
+        self._arriving = [r for r in self._arriving if r.replica in kept]
+        self._held = [r for r in self._held if r.replica in kept]
 
     def view(self, replica: str) -> dict[str, Any] | None:
         check = self.detector.check(replica)

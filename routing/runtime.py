@@ -464,7 +464,7 @@ class BalancerRuntime:
             self._spawn("availability", self.config.availability_interval_s, self.poller.poll_all),
             self._spawn("heartbeat", self.config.heartbeat_interval_s, self.exchange_heartbeats),
             self._spawn("kv-subscribe", self.config.topology_refresh_s, self.kv.reconcile),
-            self._spawn("kv-events", self.config.kv_events_batch_s, self.kv.flush_all),
+            self._spawn("kv-events", self.config.kv_events_batch_s, self.apply_kv_events),
             self._spawn("live", self.config.live_publish_s, self.publish_live),
         ]
         if self.shared is not None:
@@ -570,6 +570,12 @@ class BalancerRuntime:
             {m: (spec.queue_max_len, spec.queue_max_wait_s) for m, spec in snapshot.models.items()}
         )
         self.snapshot = snapshot
+
+    async def apply_kv_events(self) -> None:
+        """The KV-event batch (002 §3.3: ~100 ms): apply what the streams brought, then
+        judge the cache-view reports that waited for it."""
+        await self.kv.flush_all()
+        self.cache_view.after_batch()
 
     async def exchange_heartbeats(self) -> None:
         snapshot = self.snapshot
