@@ -38,6 +38,11 @@ ADAPTER = "tiny-lora"
 # the engines' names with WRONG_SEED_SUFFIX).
 WRONG_SEED_MODEL = "tiny-llama-wrong-seed"
 WRONG_SEED_SUFFIX = "-wrong-seed"
+# And under a third name, hashed right, whose replica rows only the eviction test routes
+# to: their mismatch detectors judge that test's requests alone (the rows of MODEL have
+# every other test's in their windows).
+EVICTING_MODEL = "tiny-llama-evicting"
+EVICTING_SUFFIX = "-evicting"
 NAMES = ("vllm-a", "vllm-b")
 # The second replica schedules its waiting queue by request priority, the first first
 # come, first served (vLLM's default): the priorities Meridian's cost model sends
@@ -100,6 +105,7 @@ def vllm_argv(
         "--served-model-name",
         MODEL,
         WRONG_SEED_MODEL,
+        EVICTING_MODEL,
         "--load-format",
         "dummy",
         "--dtype",
@@ -252,7 +258,8 @@ def fleet(
     with the default block identity, fed by the replicas' KV events (found through
     vLLM's ``/kv_event_sources``), tokenizing with the model's own tokenizer files; and
     the same engines under ``WRONG_SEED_MODEL``, hashed in ``vllm`` mode with a seed
-    that is not theirs."""
+    that is not theirs; and under ``EVICTING_MODEL``, hashed right, for the eviction
+    test alone."""
     region = engine_topology.region("engines")
     lb_port = free_port()
     engine_topology.balancer("engines-lb", region, lb_port)
@@ -260,6 +267,9 @@ def fleet(
         engine_topology.replica(replica.name, region, replica.port, model=MODEL)
         engine_topology.replica(
             replica.name + WRONG_SEED_SUFFIX, region, replica.port, model=WRONG_SEED_MODEL
+        )
+        engine_topology.replica(
+            replica.name + EVICTING_SUFFIX, region, replica.port, model=EVICTING_MODEL
         )
     # Blind pushing: the tests are about the cache map's choice alone.
     engine_topology.service(MODEL, policy="cache_map", policy_params={"pushing": "blind"})
@@ -269,24 +279,39 @@ def fleet(
         policy="cache_map",
         policy_params={"pushing": "blind", "block_identity": wrong_seed},
     )
+    engine_topology.service(EVICTING_MODEL, policy="cache_map", policy_params={"pushing": "blind"})
     key = engine_topology.api_key("engines")
     env = {
         **child_process_env(redis_server.url),
         # The model's own tokenizer and chat template, and the adapter it serves.
-        "MERIDIAN_MODEL_TOKENIZERS": f"{MODEL}={model_dir},{WRONG_SEED_MODEL}={model_dir}",
+        "MERIDIAN_MODEL_TOKENIZERS": ",".join(
+            f"{name}={model_dir}" for name in (MODEL, WRONG_SEED_MODEL, EVICTING_MODEL)
+        ),
         "MERIDIAN_LORA_ADAPTERS": f"{ADAPTER}={MODEL}",
         # A verdict after 4 checked requests, so a short scripted workload gets one.
         "MERIDIAN_CACHE_MISMATCH_MIN_REQUESTS": "4",
         "MERIDIAN_HASH_SEED": HASH_SEED,
+        # vLLM serves /metrics from the API server, which answered in 1.5 to 4.7 s on
+        # two shared cores while its engine decoded a full batch: two 1 s probes in a
+        # row would call the busy replica dead.
+        "MERIDIAN_PROBE_TIMEOUT_S": "10",
     }
     url = start_balancer(engine_processes, env, "engines-lb", lb_port)
 
-    def routable() -> bool:
-        rows = state(url)
-        subscribed = set(NAMES) <= set(rows["kv_events"]["replicas"])
-        return subscribed and all(r["healthy"] for r in rows["replicas"] if r["name"] in NAMES)
+    rows = {n + suffix for n in NAMES for suffix in ("", WRONG_SEED_SUFFIX, EVICTING_SUFFIX)}
 
-    eventually(routable, what="the balancer probed both replicas and subscribed", timeout=60)
+    def routable() -> bool:
+        now = state(url)
+        subscribed = rows <= set(now["kv_events"]["replicas"])
+        healthy = all(r["healthy"] for r in now["replicas"] if r["name"] in rows)
+        # Each model's keys take their block size from its engines' first probe; a
+        # change afterwards starts that model's map afresh.
+        engine_sized = all(
+            m["block_identity"]["block_size_source"] == "engine" for m in now["models"]
+        )
+        return subscribed and healthy and engine_sized
+
+    eventually(routable, what="the balancer probed every replica row and subscribed", timeout=60)
     return EngineFleet(url, key, MODEL, {r.name: r for r in vllm_replicas}, model_dir)
 
 

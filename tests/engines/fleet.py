@@ -110,26 +110,30 @@ def wait_applied(fleet: EngineFleet, replica: str, received_before: int) -> None
     eventually(applied, what=f"the balancer applied {replica}'s new events", timeout=30)
 
 
-def balancer_hears(fleet: EngineFleet, replica: str, timeout_s: float = 60.0) -> None:
-    """Send throwaway prompts to ``replica`` until the balancer receives their events.
+def balancer_hears(
+    fleet: EngineFleet, replica: str, timeout_s: float = 60.0, row: str | None = None
+) -> None:
+    """Send throwaway prompts to ``replica`` until the balancer receives their events
+    on the stream of replica row ``row`` (default: the row named as the engine).
     Until then its subscription may not be live yet (ZMQ subscriptions propagate
     asynchronously), and the first message it does receive is never judged a gap."""
     client = fleet.direct_client(replica)
+    stream = row or replica
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        before = fleet.kv_stream_state(replica)["received"]
+        before = fleet.kv_stream_state(stream)["received"]
         client.completions.create(model=fleet.model, prompt=unique_prompt(60), max_tokens=1)
         try:
             eventually(
-                lambda: fleet.kv_stream_state(replica)["received"] > before,
+                lambda: fleet.kv_stream_state(stream)["received"] > before,
                 what="an event received",
                 timeout=2,
             )
         except AssertionError:
             continue
-        wait_applied(fleet, replica, before)
+        wait_applied(fleet, stream, before)
         return
-    raise AssertionError(f"the balancer received no KV event of {replica} in {timeout_s}s")
+    raise AssertionError(f"the balancer received no KV event of {stream} in {timeout_s}s")
 
 
 def seed(fleet: EngineFleet, replica: str, prompt: str) -> None:
