@@ -114,6 +114,20 @@ class CacheMap:
         self.expire()
         return set(self._holders.get(block_hash, ()))
 
+    def confirmed_prefix(self, replica: str, block_hashes: Iterable[int]) -> int:
+        """Leading blocks of ``block_hashes`` that ``replica`` holds by its own events
+        (speculation does not count).  One look-up a block: the hit-rate check takes
+        this for every routed request (``holders`` per block, which expires and copies,
+        took 164 µs for a 256-block prompt)."""
+        holders = self._holders
+        count = 0
+        for h in block_hashes:
+            held = holders.get(h)
+            if held is None or replica not in held or held[replica] is not CONFIRMED:
+                break
+            count += 1
+        return count
+
     def is_speculative(self, replica: str, block_hash: int) -> bool:
         return self._holders.get(block_hash, {}).get(replica, CONFIRMED) is not CONFIRMED
 

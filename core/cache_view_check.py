@@ -97,12 +97,7 @@ class MismatchConfig:
 
 def confirmed_prefix_blocks(cache_map: CacheMap, replica: str, keys: Sequence[int]) -> int:
     """Leading blocks of ``keys`` that ``replica`` has confirmed holding."""
-    count = 0
-    for key in keys:
-        if replica not in cache_map.holders(key) or cache_map.is_speculative(replica, key):
-            break
-        count += 1
-    return count
+    return cache_map.confirmed_prefix(replica, keys)
 
 
 def expected_cached_tokens(blocks: int, block_size: int, prompt_tokens: int) -> int:
