@@ -11,8 +11,11 @@ of state is logged once.  A request that found less and whose removal is not in
 the map yet is judged after the next event batch but one (``after_batch``): an
 engine that evicts a prefix just before it schedules the request publishes the
 removals just before the answer, and the consumer reads them on the same event
-loop and applies them in batches.  Replicas without a KV-event stream, and models
-not routed by ``cache_map``, get no expectation and are not checked.
+loop and applies them in batches.  The map is the ``cache_map`` policy's own, or,
+for a policy that takes events into holdings of its own (``meridian`` with
+``tree_from_kv_events``), the map of confirmed blocks the consumer keeps beside them
+(``core.view_sink``).  Replicas without a KV-event stream, and models whose policy
+takes no events, get no expectation and are not checked.
 """
 
 from __future__ import annotations
@@ -77,10 +80,9 @@ class CacheViewMonitor:
         """What routing expects ``replica`` to report cached, or None (unchecked)."""
         if replica not in self.kv.streams:
             return None
-        policy = self.kv.cache_map_policy(request.model)
-        if policy is None:
+        cache_map = self.kv.view_map(request.model)
+        if cache_map is None:
             return None
-        cache_map = policy.cache_map
         blocks = confirmed_prefix_blocks(cache_map, replica, request.block_hashes)
         size = self.block_size(request.model)
         tokens = expected_cached_tokens(blocks, size, request.prompt_tokens)
@@ -148,15 +150,14 @@ class CacheViewMonitor:
         prefix (an engine evicts a freed prefix from its tail), not where the view
         went wrong.  A report of nothing from an engine that keeps the prefix's head
         (usage without ``cached_tokens``) stays a miss."""
-        policy = self.kv.cache_map_policy(report.model)
+        cache_map = self.kv.view_map(report.model)
         found = report.reported // self.block_size(report.model)
         missing = report.expected.blocks[found : found + 1]
-        if policy is None or not missing:
+        if cache_map is None or not missing:
             return False
         # Applied in batches: what was read since the last one may hold the removal.
         self.kv.flush(report.replica)
-        evictions = policy.cache_map.evictions
-        return evictions.removed_since(report.replica, missing, report.expected.mark)
+        return cache_map.evictions.removed_since(report.replica, missing, report.expected.mark)
 
     def retain(self, replicas: list[str]) -> None:
         self.detector.retain(replicas)

@@ -60,6 +60,7 @@ import zmq
 import zmq.asyncio
 
 from core.block_identity import BlockScheme, ModelBlockSchemes
+from core.cache_map import CacheMap
 from core.engine_metrics import EngineLoad
 from core.event_keys import CacheEventSink, EventKeys, apply_events, keys_for
 from core.kv_events import (
@@ -81,6 +82,7 @@ from core.kv_stream_health import (
 )
 from core.policies.cache_map import CacheMapPolicy
 from core.router import LocalRouter
+from core.view_sink import ViewedSink, view_map
 from routing.kv_discovery import Discovered, discover, from_config
 from routing.kv_health import KVStreamHealth
 from routing.kv_replay import ReplayUnavailableError, replay_from
@@ -162,12 +164,44 @@ class KVEventConsumer:
         self._syncing: set[str] = set()
         self._no_snapshot: set[str] = set()  # replicas whose /kv_cache/blocks is a 404
         self.health = KVStreamHealth(silence)
+        # Per model whose policy's sink is not a cache map: that sink with a view map.
+        self._views: dict[str, ViewedSink] = {}
 
     # -- which replicas ------------------------------------------------------------------
 
     def cache_map_policy(self, model: str) -> CacheMapPolicy | None:
         policy = self.router.policy(model)
         return policy if isinstance(policy, CacheMapPolicy) else None
+
+    def sink(self, model: str) -> CacheEventSink | None:
+        """Where ``model``'s events go: its policy's sink (``LocalRouter.kv_sink``), with
+        a map of confirmed blocks beside it for the hit-rate mismatch detector unless
+        that sink is such a map already (``core.view_sink``)."""
+        sink = self.router.kv_sink(model)
+        if sink is None or isinstance(sink, CacheMap):
+            return sink
+        viewed = self._views.get(model)
+        if viewed is None or viewed.sink is not sink:
+            # A new policy object starts from nothing, its view with it.
+            viewed = self._views[model] = ViewedSink(sink, view_map())
+        return viewed
+
+    def view_map(self, model: str) -> CacheMap | None:
+        """The confirmed blocks of ``model``'s replicas: the ``cache_map`` policy's own
+        map, or the one kept beside another policy's sink; None: no events taken."""
+        policy = self.cache_map_policy(model)
+        if policy is not None:
+            return policy.cache_map
+        viewed = self._views.get(model)
+        if viewed is None or viewed.sink is not self.router.kv_sink(model):
+            return None
+        return viewed.view
+
+    def retain_views(self, replicas: list[str]) -> None:
+        """The view maps forget replicas no longer served (a cache map policy's own
+        map is told by its policy)."""
+        for viewed in self._views.values():
+            viewed.view.retain(replicas)
 
     def tracked(self) -> dict[str, tuple[str, str]]:
         """Owned replicas of services that take KV events (``LocalRouter.kv_sink``):
@@ -281,7 +315,7 @@ class KVEventConsumer:
             if not stream.pending or stream.replica in self._syncing:
                 continue
             target = self.router.target(stream.replica)
-            sink = self.router.kv_sink(target.model) if target is not None else None
+            sink = self.sink(target.model) if target is not None else None
             batches, stream.pending = stream.pending, []
             if sink is None or target is None:
                 continue
@@ -385,7 +419,7 @@ class KVEventConsumer:
 
     def _sink_of(self, replica: str) -> CacheEventSink | None:
         target = self.router.target(replica)
-        return self.router.kv_sink(target.model) if target is not None else None
+        return self.sink(target.model) if target is not None else None
 
     # -- health ----------------------------------------------------------------------------
 

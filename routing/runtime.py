@@ -560,8 +560,10 @@ class BalancerRuntime:
     def adopt(self, snapshot: TopologySnapshot) -> None:
         """Make ``snapshot`` the topology of both layers and of the queues (no await)."""
         self.router.apply(snapshot.replicas, snapshot.models)
-        self.cache_view.retain([r.name for r in snapshot.replicas])
-        self.core.forecast.retain([r.name for r in snapshot.replicas])
+        names = [r.name for r in snapshot.replicas]
+        self.cache_view.retain(names)
+        self.kv.retain_views(names)
+        self.core.forecast.retain(names)
         self.remote.apply(snapshot.peers, snapshot.models)
         for model, spec in snapshot.models.items():
             config = _block_identity_or_default(model, spec.policy_params)

@@ -3,8 +3,9 @@ processes: emulated replicas publishing (or not) vLLM KV events, real balancers.
 
 * A service in ``vllm`` block identity whose ``hash_seed`` is not the engine's
   computes block keys that never match the events' keys: the hit-rate mismatch
-  detector fires.  The same workload for a service with the engine's seed leaves
-  it quiet.
+  detector fires, for a ``cache_map`` service and for a ``meridian`` one whose tree
+  follows the events.  The same workload for a service with the engine's seed
+  leaves it quiet.
 * A replica whose endpoint is written ``tcp://127.0.0.1:PORT`` makes the publisher
   connect instead of bind (as vLLM does): ``connect_endpoint``.
 * A replica that serves prefix-cache misses while no event arrives: ``silent``.
@@ -34,6 +35,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.django_db]
 
 GOOD, BAD, CONNECT, SILENT = "hv-good", "hv-bad", "hv-connect", "hv-silent"
 EVICT = "hv-evict"
+# A meridian service whose tree follows the engine's events, with the wrong seed too.
+BAD_TREE = "hv-bad-tree"
 # 24 blocks of 16 tokens, one sequence at a time, at a quarter of the L4's times: a
 # request queued behind a long one waits while that one's decode evicts the cache.
 SMALL_CACHE = (
@@ -87,14 +90,14 @@ def fleet(
 ) -> Iterator[Fleet]:
     # Each replica serves a model of its own name, so each test's traffic stays on it.
     right_region, wrong_region = topology.region("hv-right"), topology.region("hv-wrong")
-    ports = {name: free_port() for name in (GOOD, BAD, CONNECT, SILENT, EVICT)}
-    kv = free_port_run(4)
-    replay = free_port_run(3)
+    ports = {name: free_port() for name in (GOOD, BAD, CONNECT, SILENT, EVICT, BAD_TREE)}
+    kv = free_port_run(5)
+    replay = free_port_run(5)
     placement = {GOOD: right_region, CONNECT: right_region, SILENT: right_region}
     placement[EVICT] = right_region
     for name, port in ports.items():
         topology.replica(name, placement.get(name, wrong_region), port, model=name)
-    for index, name in enumerate((GOOD, BAD)):
+    for index, name in ((0, GOOD), (1, BAD), (4, BAD_TREE)):
         start_replicas(
             module_processes, name, {name: ports[name]}, "--kv-events-port-base",
             str(kv + index), "--kv-events-replay-port-base", str(replay + index), model=name,
@@ -115,6 +118,8 @@ def fleet(
     for name, identity in (*hashing, (EVICT, engines_hash)):
         service_params = {**params, "block_identity": identity}
         topology.service(name, policy="cache_map", policy_params=service_params)
+    tree = {"tree_from_kv_events": True, "block_identity": wrong_seed}
+    topology.service(BAD_TREE, policy="meridian", policy_params=tree)
     # An endpoint configured where nothing publishes: the stream stays silent.
     dead = {"kv_events": {SILENT: f"tcp://127.0.0.1:{free_port()}"}}
     topology.service(SILENT, policy="cache_map", policy_params={**params, **dead})
@@ -165,6 +170,19 @@ def test_a_hash_seed_unlike_the_engines_raises_the_mismatch_warning(fleet: Fleet
     assert any(w["kind"] == "cache_view_mismatch" for w in row["warnings"])
     assert metric(fleet.wrong, "meridian_cache_view_state", replica=BAD, state="mismatch") == 1
     assert metric(fleet.wrong, "meridian_cache_view_mismatch_ratio", replica=BAD) > 0.5
+
+
+def test_a_meridian_tree_fed_by_events_with_a_wrong_seed_raises_it_too(fleet: Fleet) -> None:
+    """The tree's holdings are paths, not the engine's blocks; the map of confirmed
+    blocks kept beside it for the check shows the seed never matches."""
+    subscribe(fleet, fleet.wrong, BAD_TREE)
+    cached = multi_turn(fleet, fleet.wrong, BAD_TREE, turns=8)
+    assert sum(cached[1:]) > 0
+    row = fleet.row(fleet.wrong, BAD_TREE)
+    view = row["cache_view"]
+    assert view["state"] == "mismatch" and view["expected_cached_tokens"] == 0
+    assert any(w["kind"] == "cache_view_mismatch" for w in row["warnings"])
+    assert metric(fleet.wrong, "meridian_cache_view_state", replica=BAD_TREE, state="mismatch") == 1
 
 
 def test_the_same_workload_with_the_engines_seed_stays_quiet(fleet: Fleet) -> None:

@@ -16,9 +16,12 @@ import pytest
 
 from core.cache_view_check import Comparison
 from core.kv_events import REMOVED, STORED, CacheEvent
+from core.policies.meridian import MeridianPolicy
+from core.topology import ModelSpec
 from core.types import RequestDescriptor
 from routing.cache_view import Expectation
-from tests.routing.test_kv_consumer import Snapshots, batch, runtime
+from routing.kv_events import ReplicaStream
+from tests.routing.test_kv_consumer import ENGINE_KEYS, NoSocket, Snapshots, batch, runtime
 from tests.support.upstreams import MODEL
 
 pytestmark = pytest.mark.anyio
@@ -26,17 +29,30 @@ pytestmark = pytest.mark.anyio
 PROMPT = (11, 12, 13, 14)  # four blocks
 
 
-async def cached_then_routed(build_runtime: Any) -> tuple[Any, Expectation]:
+async def cached_then_routed(
+    build_runtime: Any, params: dict[str, Any] | None = None
+) -> tuple[Any, Expectation]:
     """A runtime whose replica ``a`` has confirmed the prompt's blocks, and the
-    expectation routing the prompt there took: every block cached."""
-    rt = await runtime(build_runtime, Snapshots())
+    expectation routing the prompt there took: every block cached.  ``params``: a
+    ``meridian`` service's instead of the ``cache_map`` one."""
+    if params is None:
+        rt = await runtime(build_runtime, Snapshots())
+    else:
+        rt = await build_runtime(Snapshots(), model=ModelSpec(MODEL, "meridian", params))
+        rt.kv.streams["a"] = ReplicaStream("a", "tcp://127.0.0.1:1", socket=NoSocket())
     rt.kv.accept(rt.kv.streams["a"], batch(0, CacheEvent(STORED, PROMPT)))
     rt.kv.flush()
-    size = rt.cache_view.block_size(MODEL)
-    request = RequestDescriptor("r1", MODEL, len(PROMPT) * size + 1, block_hashes=PROMPT)
-    expected = rt.cache_view.expect("a", request)
-    assert expected is not None and expected.tokens == len(PROMPT) * size
+    expected = rt.cache_view.expect("a", request_for(rt))
+    assert expected is not None and expected.tokens == len(PROMPT) * block_size(rt)
     return rt, expected
+
+
+def block_size(rt: Any) -> int:
+    return int(rt.cache_view.block_size(MODEL))
+
+
+def request_for(rt: Any, blocks: tuple[int, ...] = PROMPT) -> RequestDescriptor:
+    return RequestDescriptor("r1", MODEL, len(blocks) * block_size(rt) + 1, block_hashes=blocks)
 
 
 def judged(rt: Any) -> list[Comparison]:
@@ -92,3 +108,42 @@ async def test_a_held_report_of_a_replica_gone_is_dropped(build_runtime: Any) ->
     await rt.apply_kv_events()
     await rt.apply_kv_events()
     assert rt.cache_view.detector.check("a") is None
+
+
+# -- a policy whose holdings are its own: the meridian tree fed by the engines' events --
+
+FOLLOWED_TREE = {**ENGINE_KEYS, "tree_from_kv_events": True}
+
+
+async def test_a_tree_fed_by_events_is_checked_against_the_confirmed_blocks(
+    build_runtime: Any,
+) -> None:
+    """The tree learns paths when it routes them; the check reads the blocks the
+    engine's own events confirmed, kept beside the tree for it."""
+    rt, expected = await cached_then_routed(build_runtime, FOLLOWED_TREE)
+    policy = rt.router.policy(MODEL)
+    assert isinstance(policy, MeridianPolicy)
+    assert rt.kv.view_map(MODEL) is not None and rt.kv.cache_map_policy(MODEL) is None
+    rt.cache_view.observe("a", MODEL, expected, expected.tokens)
+    assert judged(rt) == [Comparison.AGREED]
+
+
+async def test_a_tree_fed_by_events_tells_an_eviction_from_a_wrong_view(
+    build_runtime: Any,
+) -> None:
+    rt, expected = await cached_then_routed(build_runtime, FOLLOWED_TREE)
+    rt.kv.accept(rt.kv.streams["a"], batch(1, CacheEvent(REMOVED, PROMPT)))
+    rt.cache_view.observe("a", MODEL, expected, reported=0)
+    # Blocks the engine never confirmed: nothing expected, the engine found them.
+    unseen = rt.cache_view.expect("a", request_for(rt, (21, 22)))
+    assert unseen is not None and unseen.tokens == 0
+    rt.cache_view.observe("a", MODEL, unseen, reported=2 * block_size(rt))
+    assert judged(rt) == [Comparison.EVICTED, Comparison.MISSED]
+
+
+async def test_a_tree_of_its_own_takes_no_events_and_is_not_checked(
+    build_runtime: Any,
+) -> None:
+    rt = await build_runtime(Snapshots(), model=ModelSpec(MODEL, "meridian", ENGINE_KEYS))
+    assert rt.kv.view_map(MODEL) is None
+    assert rt.cache_view.expect("a", request_for(rt)) is None

@@ -55,11 +55,11 @@ async def runtime(
     build_runtime: Any, snapshots: Snapshots, params: dict[str, Any] = ENGINE_KEYS
 ) -> Any:
     rt = await build_runtime(snapshots, model=ModelSpec(MODEL, "cache_map", params))
-    rt.kv.streams["a"] = ReplicaStream("a", "tcp://127.0.0.1:1", socket=_NoSocket())
+    rt.kv.streams["a"] = ReplicaStream("a", "tcp://127.0.0.1:1", socket=NoSocket())
     return rt
 
 
-class _NoSocket:
+class NoSocket:
     def close(self, linger: int = 0) -> None:
         pass
 
@@ -124,7 +124,7 @@ async def test_a_fault_naming_a_replica_spares_the_other_streams(build_runtime: 
     # must not be spent on whichever stream reads the message first.
     rt = await runtime(build_runtime, Snapshots())
     a = rt.kv.streams["a"]
-    rt.kv.streams["b"] = b = ReplicaStream("b", "tcp://127.0.0.1:2", socket=_NoSocket())
+    rt.kv.streams["b"] = b = ReplicaStream("b", "tcp://127.0.0.1:2", socket=NoSocket())
     rt.kv.fault_replica, rt.kv.lose_next, rt.kv.drop_next = "a", 1, 1
     rt.kv.accept(b, batch(0, CacheEvent(STORED, (7,))))
     assert (rt.kv.lose_next, rt.kv.drop_next, b.received, len(b.pending)) == (1, 1, 1, 1)
@@ -269,7 +269,7 @@ async def test_a_meridian_tree_that_follows_the_engines_forgets_what_they_evict(
     policy = rt.router.policy(MODEL)
     assert isinstance(policy, MeridianPolicy) and rt.router.kv_sink(MODEL) is policy.kv_sink
     assert "a" in rt.kv.tracked()  # its replicas are subscribed like a cache_map's
-    rt.kv.streams["a"] = stream = ReplicaStream("a", "tcp://127.0.0.1:1", socket=_NoSocket())
+    rt.kv.streams["a"] = stream = ReplicaStream("a", "tcp://127.0.0.1:1", socket=NoSocket())
     policy.tree.insert((1, 2, 3), "a")
     rt.kv.accept(stream, batch(0, CacheEvent(REMOVED, (2,))))
     assert policy.tree.match((1, 2, 3), {"a"}) == (3, {"a"})  # not before the flush
