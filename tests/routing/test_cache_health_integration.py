@@ -159,30 +159,23 @@ def multi_turn(fleet: Fleet, balancer: str, replica: str, turns: int) -> list[in
     return cached
 
 
-def test_a_hash_seed_unlike_the_engines_raises_the_mismatch_warning(fleet: Fleet) -> None:
-    subscribe(fleet, fleet.wrong, BAD)
-    cached = multi_turn(fleet, fleet.wrong, BAD, turns=8)
+@pytest.mark.parametrize("replica", [BAD, BAD_TREE], ids=["cache_map", "meridian_tree"])
+def test_a_hash_seed_unlike_the_engines_raises_the_mismatch_warning(
+    fleet: Fleet, replica: str
+) -> None:
+    """For a ``cache_map`` service, and for a ``meridian`` one whose tree follows the
+    events: its holdings are paths, and the check reads the map of confirmed blocks
+    kept beside the tree."""
+    subscribe(fleet, fleet.wrong, replica)
+    cached = multi_turn(fleet, fleet.wrong, replica, turns=8)
     assert sum(cached[1:]) > 0  # the engine did find its cache: the balancer did not
-    row = fleet.row(fleet.wrong, BAD)
+    row = fleet.row(fleet.wrong, replica)
     view = row["cache_view"]
     assert view["state"] == "mismatch" and view["expected_cached_tokens"] == 0
     assert view["reported_cached_tokens"] >= sum(cached[1:])
     assert any(w["kind"] == "cache_view_mismatch" for w in row["warnings"])
-    assert metric(fleet.wrong, "meridian_cache_view_state", replica=BAD, state="mismatch") == 1
-    assert metric(fleet.wrong, "meridian_cache_view_mismatch_ratio", replica=BAD) > 0.5
-
-
-def test_a_meridian_tree_fed_by_events_with_a_wrong_seed_raises_it_too(fleet: Fleet) -> None:
-    """The tree's holdings are paths, not the engine's blocks; the map of confirmed
-    blocks kept beside it for the check shows the seed never matches."""
-    subscribe(fleet, fleet.wrong, BAD_TREE)
-    cached = multi_turn(fleet, fleet.wrong, BAD_TREE, turns=8)
-    assert sum(cached[1:]) > 0
-    row = fleet.row(fleet.wrong, BAD_TREE)
-    view = row["cache_view"]
-    assert view["state"] == "mismatch" and view["expected_cached_tokens"] == 0
-    assert any(w["kind"] == "cache_view_mismatch" for w in row["warnings"])
-    assert metric(fleet.wrong, "meridian_cache_view_state", replica=BAD_TREE, state="mismatch") == 1
+    assert metric(fleet.wrong, "meridian_cache_view_state", replica=replica, state="mismatch") == 1
+    assert metric(fleet.wrong, "meridian_cache_view_mismatch_ratio", replica=replica) > 0.5
 
 
 def test_the_same_workload_with_the_engines_seed_stays_quiet(fleet: Fleet) -> None:
