@@ -101,10 +101,12 @@ class CacheViewMonitor:
         self.metrics.cache_expected.inc(replica, amount=expected.tokens)
         self.metrics.cache_reported.inc(replica, amount=reported)
         report = Report(replica, model, expected, reported)
-        if self._short(report) and not self._evicted_since(report):
+        short = self._short(report)
+        evicted = short and self._evicted_since(report)
+        if short and not evicted:
             self._arriving.append(report)
         else:
-            self._judge(report)
+            self._judge(report, evicted)
 
     def after_batch(self) -> None:
         """The KV-event consumer applied a batch: judge the reports held back since
@@ -112,7 +114,7 @@ class CacheViewMonitor:
         now with what those events removed."""
         ripe, self._held, self._arriving = self._held, self._arriving, []
         for report in ripe:
-            self._judge(report)
+            self._judge(report, self._evicted_since(report))  # short, by how it was held
 
     def _short(self, report: Report) -> bool:
         """The engine found more than a tolerance less than the map expected."""
@@ -120,14 +122,14 @@ class CacheViewMonitor:
         tolerance = self.detector.config.tolerance_blocks * size
         return report.expected.tokens - report.reported > tolerance
 
-    def _judge(self, report: Report) -> None:
+    def _judge(self, report: Report, evicted_since: bool) -> None:
         replica = report.replica
         before, after = self.detector.observe(
             replica,
             expected=report.expected.tokens,
             reported=report.reported,
             block_size=self.block_size(report.model),
-            evicted_since=self._short(report) and self._evicted_since(report),
+            evicted_since=evicted_since,
         )
         if after is before:
             return
