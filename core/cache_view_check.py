@@ -39,11 +39,10 @@ stream are checked: without one the map knows nothing to compare.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from core.cache_map import CacheMap
 from core.kv_stream_health import STATE_ADVICE, StreamState
 
 
@@ -93,11 +92,6 @@ class MismatchConfig:
             raise ValueError("need 1 <= min_requests <= window")
         if not 0.0 <= self.threshold < 1.0 or self.tolerance_blocks < 0:
             raise ValueError("threshold must be in [0, 1), tolerance_blocks >= 0")
-
-
-def confirmed_prefix_blocks(cache_map: CacheMap, replica: str, keys: Sequence[int]) -> int:
-    """Leading blocks of ``keys`` that ``replica`` has confirmed holding."""
-    return cache_map.confirmed_prefix(replica, keys)
 
 
 def expected_cached_tokens(blocks: int, block_size: int, prompt_tokens: int) -> int:

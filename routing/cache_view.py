@@ -29,7 +29,6 @@ from core.cache_view_check import (
     MismatchConfig,
     MismatchDetector,
     ViewState,
-    confirmed_prefix_blocks,
     expected_cached_tokens,
 )
 from core.types import RequestDescriptor
@@ -83,7 +82,7 @@ class CacheViewMonitor:
         cache_map = self.kv.view_map(request.model)
         if cache_map is None:
             return None
-        blocks = confirmed_prefix_blocks(cache_map, replica, request.block_hashes)
+        blocks = cache_map.confirmed_prefix(replica, request.block_hashes)
         size = self.block_size(request.model)
         tokens = expected_cached_tokens(blocks, size, request.prompt_tokens)
         held = tuple(request.block_hashes[:blocks])

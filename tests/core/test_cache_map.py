@@ -92,6 +92,15 @@ def test_bounds_drop_the_oldest_entries() -> None:
     assert m.speculative_count == 2 and m.holders(10) == set()
 
 
+def test_only_the_confirmed_leading_run_counts() -> None:
+    cmap = make_map(FakeClock())
+    cmap.apply_stored("a", [1, 2, 3])
+    cmap.speculate("a", [4])
+    assert cmap.confirmed_prefix("a", [1, 2, 3, 4, 5]) == 3  # 4 is only a guess
+    assert cmap.confirmed_prefix("a", [1, 9, 3]) == 1  # a chain stops at a miss
+    assert cmap.confirmed_prefix("b", [1, 2, 3]) == 0
+
+
 def test_longest_prefix_only_counts_available_replicas() -> None:
     m = make_map(FakeClock())
     m.apply_stored("a", [1, 2, 3])

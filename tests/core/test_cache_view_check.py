@@ -12,7 +12,6 @@ from core.cache_view_check import (
     MismatchConfig,
     MismatchDetector,
     ViewState,
-    confirmed_prefix_blocks,
     expected_cached_tokens,
     replica_warnings,
 )
@@ -22,15 +21,6 @@ BLOCK = 16
 
 def cache_map() -> CacheMap:
     return CacheMap(max_blocks_per_replica=100, speculative_ttl_s=10.0, max_speculative=100)
-
-
-def test_only_the_confirmed_leading_run_counts() -> None:
-    cmap = cache_map()
-    cmap.apply_stored("a", [1, 2, 3])
-    cmap.speculate("a", [4])
-    assert confirmed_prefix_blocks(cmap, "a", [1, 2, 3, 4, 5]) == 3  # 4 is only a guess
-    assert confirmed_prefix_blocks(cmap, "a", [1, 9, 3]) == 1  # a chain stops at a miss
-    assert confirmed_prefix_blocks(cmap, "b", [1, 2, 3]) == 0
 
 
 def test_expectation_leaves_the_last_token_to_compute() -> None:

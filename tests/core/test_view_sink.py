@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from core.cache_view_check import confirmed_prefix_blocks
 from core.policies.meridian import MeridianConfig, MeridianPolicy
 from core.view_sink import ViewedSink, view_map
 
@@ -17,10 +16,10 @@ def test_both_hear_every_store_and_removal_in_order() -> None:
     policy, sink = followed_tree()
     policy.tree.insert((1, 2, 3), "a")
     sink.apply_stored("a", (1, 2, 3))
-    assert confirmed_prefix_blocks(sink.view, "a", (1, 2, 3)) == 3
+    assert sink.view.confirmed_prefix("a", (1, 2, 3)) == 3
     mark = sink.view.evictions.mark("a")
     sink.apply_removed("a", (3,))
-    assert confirmed_prefix_blocks(sink.view, "a", (1, 2, 3)) == 2
+    assert sink.view.confirmed_prefix("a", (1, 2, 3)) == 2
     assert policy.tree.match((1, 2, 3), {"a"}) == (2, {"a"})  # the tree cut its hold too
     assert sink.view.evictions.removed_since("a", (3,), mark)
 
@@ -30,11 +29,11 @@ def test_a_cleared_cache_empties_both() -> None:
     policy.tree.insert((1, 2), "a")
     sink.apply_stored("a", (1, 2))
     sink.clear("a")
-    assert confirmed_prefix_blocks(sink.view, "a", (1, 2)) == 0
+    assert sink.view.confirmed_prefix("a", (1, 2)) == 0
     assert policy.tree.match((1, 2), {"a"}) == (0, set())
 
 
 def test_the_view_speculates_nothing() -> None:
     view = view_map()
     view.speculate("a", (7, 8))
-    assert confirmed_prefix_blocks(view, "a", (7, 8)) == 0 and view.max_speculative == 0
+    assert view.confirmed_prefix("a", (7, 8)) == 0 and view.max_speculative == 0
