@@ -12,7 +12,9 @@ per read).  Either way:
 * the read timeout bounds each silence of the upstream, with one timer per
   connection, never one per read; no timeout runs while a sink holds reading back;
 * a failure (reset, timeout, malformed response) is an ``UpstreamError``, raised
-  to the waiting task or handed to the sink after what the last read brought.
+  to the waiting task or handed to the sink after what the last read brought; a
+  timeout is the subclass ``UpstreamTimeout`` (a slow upstream is not a dead one:
+  ``routing.prober``).
 """
 
 from __future__ import annotations
@@ -28,6 +30,11 @@ HIGH_WATER = 256 * 1024
 
 class UpstreamError(Exception):
     """A network or protocol failure talking to an upstream."""
+
+
+class UpstreamTimeout(UpstreamError):
+    """The upstream kept silent past a timeout (connecting, or waiting for bytes): it
+    may be gone, or only too busy to answer in time; a refusal or a reset is not this."""
 
 
 class BodySink(Protocol):
@@ -55,6 +62,9 @@ class UpstreamConnection(asyncio.Protocol):
         self._timer: asyncio.TimerHandle | None = None
         self._waiting_since = 0.0
         self._timeout = 0.0
+        # When a relayed response last brought bytes (loop time; 0: never): the
+        # upstream's latest sign of life to the prober (``UpstreamPool.heard_from``).
+        self.heard_at = 0.0
         self._reset()
 
     def _reset(self) -> None:
@@ -215,9 +225,11 @@ class UpstreamConnection(asyncio.Protocol):
         data = self.take() if self.chunks else b""
         if self.complete:
             self.sink = None
+            self.heard_at = self.loop.time()
             sink.end(None, data)  # with the end: the client's last write ends its body too
         elif data:
-            self._waiting_since = self.loop.time()  # what the read timeout measures from
+            # What the read timeout measures from, and the upstream's sign of life.
+            self._waiting_since = self.heard_at = self.loop.time()
             sink.body(data)
 
     def pause_sink(self) -> None:
@@ -266,7 +278,7 @@ class UpstreamConnection(asyncio.Protocol):
             return  # not waiting now: the next wait arms the timer again
         waited = self.loop.time() - self._waiting_since
         if waited >= self._timeout:
-            waiter.set_exception(UpstreamError("read timed out"))
+            waiter.set_exception(UpstreamTimeout("read timed out"))
         else:
             self._timer = self.loop.call_later(self._timeout - waited, self._check_timeout)
 
@@ -275,6 +287,6 @@ class UpstreamConnection(asyncio.Protocol):
             return  # the client holds the stream back, not the upstream: resuming re-arms
         waited = self.loop.time() - self._waiting_since
         if waited >= self._timeout:
-            self._fail(UpstreamError("read timed out"))
+            self._fail(UpstreamTimeout("read timed out"))
         else:
             self._timer = self.loop.call_later(self._timeout - waited, self._check_timeout)

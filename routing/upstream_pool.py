@@ -46,7 +46,13 @@ import weakref
 from collections.abc import AsyncIterator, Mapping
 from urllib.parse import urlsplit
 
-from routing.upstream_connection import HIGH_WATER, BodySink, UpstreamConnection, UpstreamError
+from routing.upstream_connection import (
+    HIGH_WATER,
+    BodySink,
+    UpstreamConnection,
+    UpstreamError,
+    UpstreamTimeout,
+)
 
 __all__ = [
     "HIGH_WATER",
@@ -55,6 +61,7 @@ __all__ = [
     "UpstreamError",
     "UpstreamPool",
     "UpstreamResponse",
+    "UpstreamTimeout",
 ]
 
 MAX_IDLE_PER_ORIGIN = 256
@@ -227,6 +234,7 @@ class UpstreamPool:
         except BaseException:
             conn.close()
             raise
+        conn.heard_at = conn.loop.time()  # a relayed request's answer: a sign of life
         return UpstreamResponse(self, origin, conn)
 
     def _checkout(self, origin: Origin) -> UpstreamConnection | None:
@@ -268,7 +276,9 @@ class UpstreamPool:
                 ),
                 self.connect_timeout_s if timeout_s is None else timeout_s,
             )
-        except (OSError, TimeoutError) as exc:
+        except TimeoutError as exc:
+            raise UpstreamTimeout(f"connect to {host}:{port} timed out") from exc
+        except OSError as exc:
             raise UpstreamError(f"connect to {host}:{port} failed: {exc!r}") from exc
         self._opened.setdefault(origin, weakref.WeakSet()).add(conn)
         return conn
@@ -303,6 +313,15 @@ class UpstreamPool:
         # Never used, so idle as they are (``release`` is for connections after a response).
         idle.extend(fresh)
         return len(fresh)
+
+    def heard_from(self, url: str) -> float | None:
+        """When a relayed response from ``url``'s origin last brought bytes (the event
+        loop's time), over the pool's connections (a closed one is forgotten once
+        nothing holds it); None if none did.  The
+        probes' own answers do not count: a replica that stopped serving requests must
+        not look alive for as long as its last ``/metrics`` page is recent."""
+        heard = max((conn.heard_at for conn in self._opened.get(_origin(url), ())), default=0.0)
+        return heard or None
 
     def release(self, origin: Origin, conn: UpstreamConnection) -> None:
         """Back to the idle stack when its response was read to the end, else closed."""

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from routing.upstream import OUTCOME_CLIENT_CLOSED, RelayStream, open_upstream
-from routing.upstream_pool import HIGH_WATER, UpstreamError, UpstreamPool
+from routing.upstream_pool import HIGH_WATER, UpstreamError, UpstreamPool, UpstreamTimeout
 
 pytestmark = pytest.mark.anyio
 
@@ -143,11 +143,13 @@ async def test_silence_past_the_read_timeout_and_refused_connections_are_upstrea
     fake.stall = True
     pool = _pool(read_timeout_s=0.2)
     response = await pool.post(url, b"{}", {})
-    with pytest.raises(UpstreamError, match="timed out"):
+    with pytest.raises(UpstreamError, match="timed out") as timed_out:
         await response.aread()
+    assert isinstance(timed_out.value, UpstreamTimeout)  # silence: busy or gone
     await response.aclose()
-    with pytest.raises(UpstreamError, match="connect"):
+    with pytest.raises(UpstreamError, match="connect") as refused:
         await pool.post("http://127.0.0.1:9/", b"{}", {})
+    assert not isinstance(refused.value, UpstreamTimeout)  # a refusal: nothing listens
     await pool.aclose()
 
 
@@ -298,3 +300,42 @@ async def test_a_body_that_ends_where_the_server_closes_is_read_whole() -> None:
         await pool.get(f"{base}/cut", 2.0)
     await pool.aclose()
     server.close()
+
+
+class _Collect:
+    def __init__(self) -> None:
+        self.parts: list[bytes] = []
+        self.ended = asyncio.Event()
+
+    def body(self, data: bytes) -> None:
+        self.parts.append(data)
+
+    def end(self, error: BaseException | None, rest: bytes) -> None:
+        self.parts.append(rest)
+        self.ended.set()
+
+
+async def test_heard_from_is_the_last_byte_of_a_relayed_answer_not_a_probe_page(
+    upstream: tuple[FakeUpstream, str], page: tuple[MetricsPage, str]
+) -> None:
+    """The prober's sign of life: a busy replica's ``/metrics`` may time out while
+    its streams still flow, and only the streams say it is alive."""
+    fake, url = upstream
+    _, metrics_url = page
+    pool = _pool()
+    assert await pool.get(metrics_url, 2.0) == (200, page[0].body)
+    assert pool.heard_from(metrics_url) is None  # a page read is no relayed answer
+    assert pool.heard_from(url) is None  # nothing relayed yet
+
+    fake.pace = 0.1  # the events and the body's end come apart
+    response = await pool.post(url, b"{}", {})
+    at_head = pool.heard_from(url)
+    assert at_head is not None
+    sink = _Collect()
+    response.stream_to(sink)
+    await sink.ended.wait()
+    assert b"".join(sink.parts) == b"".join(EVENTS)
+    at_end = pool.heard_from(url)
+    assert at_end is not None and at_end > at_head  # the reads after the head moved it
+    await response.aclose()
+    await pool.aclose()
