@@ -37,6 +37,7 @@ from core.availability import (
     probe_would_help,
 )
 from core.breaker import Breaker, BreakerConfig
+from core.busy import grace_left
 from core.engine_metrics import EngineLoad
 from core.event_keys import CacheEventSink
 from core.leases import InflightLedger, Lease
@@ -410,6 +411,7 @@ class LocalRouter:
         now = self.clock()
         # The load is news either way; only the breaker says whether it takes requests.
         target.healthy = self._breakers[name].probe_ok(now)
+        target.late_probes = 0
         if target.healthy:
             target.consecutive_failures = 0
         target.running, target.waiting, target.kv_usage = load.running, load.waiting, load.kv_usage
@@ -442,6 +444,19 @@ class LocalRouter:
             return True
         breaker.probe_failed(self.clock())
         return False
+
+    def excuse_late_probe(self, name: str, silent_for_s: float | None, grace_s: float) -> bool:
+        """A probe of ``name`` timed out; True when that is lateness, not a failure
+        (``core.busy``): the replica answered this balancer's requests
+        ``silent_for_s`` ago, within ``grace_s``.  The probe counts as late
+        (``late_probes``); its load numbers stay as they were and age
+        (``AvailabilityLimits.probe_stale_s``); neither the failure count nor the
+        breaker moves.  False: count it as a failure (``record_probe_failure``)."""
+        target = self._targets.get(name)
+        if target is None or grace_left(silent_for_s, grace_s) <= 0:
+            return False
+        target.late_probes += 1
+        return True
 
     def record_usage(self, name: str, prompt: int, cached: int, completion: int) -> None:
         usage = self._usage.get(name)

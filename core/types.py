@@ -77,6 +77,9 @@ class TargetState:
     waiting: int = 0
     kv_usage: float = 0.0
     consecutive_failures: int = 0
+    # Probes in a row that timed out while the replica was still answering this
+    # balancer's requests: busy, not down (LocalRouter.excuse_late_probe).
+    late_probes: int = 0
     # The adapters the engine is using, from vllm:lora_requests_info (None: not exported).
     lora: LoraInfo | None = None
     extra: dict[str, float] = field(default_factory=dict)

@@ -193,6 +193,9 @@ MERIDIAN_PROBE_INTERVAL_S = env_float("MERIDIAN_PROBE_INTERVAL_S", 0.25, minimum
 # With no traffic the gap between probe rounds doubles up to this (core.probe_schedule).
 MERIDIAN_PROBE_IDLE_INTERVAL_S = env_float("MERIDIAN_PROBE_IDLE_INTERVAL_S", 5.0, minimum=0.05)
 MERIDIAN_PROBE_TIMEOUT_S = env_float("MERIDIAN_PROBE_TIMEOUT_S", 1.0, minimum=0.05)
+# A probe that times out while the replica's relayed responses brought bytes this
+# recently is late, not failed (routing.prober); 0 counts every timeout.
+MERIDIAN_PROBE_BUSY_GRACE_S = env_float("MERIDIAN_PROBE_BUSY_GRACE_S", 3.0, minimum=0.0)
 MERIDIAN_HEARTBEAT_INTERVAL_S = env_float("MERIDIAN_HEARTBEAT_INTERVAL_S", 1.0, minimum=0.1)
 MERIDIAN_HEARTBEAT_TTL_S = env_float("MERIDIAN_HEARTBEAT_TTL_S", 5.0, minimum=0.5)
 # The console's live feed: each balancer appends a record to its region's Redis stream

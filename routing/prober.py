@@ -15,8 +15,16 @@ unhealthy, as does a dispatch error; either opens its circuit breaker
 (``core.breaker``): probes during the hold-down
 (``MERIDIAN_BREAKER_HOLD_DOWN_S``) do not count, and after it
 ``MERIDIAN_BREAKER_READMIT_PROBES`` good probes in a row make it healthy again,
-so one good probe does not readmit a flapping replica.  Celery's slower
-probes feed the console and the database; this one feeds routing (DESIGN.md,
+so one good probe does not readmit a flapping replica.
+
+A probe that times out is not always a failure (``core.busy``): a replica whose
+relayed responses brought bytes within ``MERIDIAN_PROBE_BUSY_GRACE_S`` is busy, not
+down.  Its probe is counted in ``meridian_probe_late_total`` and the replica keeps its
+health and its last load numbers until they go stale.  A refused or reset
+connection, an error status or a malformed page counts as a failure at once, and so
+does a timeout once the replica's streams have gone quiet too (a hung engine).
+
+Celery's slower probes feed the console and the database; this one feeds routing (DESIGN.md,
 "The sub-second probe that selective pushing needs runs inside each balancer").
 
 ``probe_soon`` probes named replicas at once, outside the round, when requests
@@ -50,7 +58,7 @@ from core.router import LocalRouter
 from core.types import TargetState
 from routing.telemetry import BalancerMetrics
 from routing.upstream import join_url
-from routing.upstream_pool import UpstreamError, UpstreamPool
+from routing.upstream_pool import UpstreamError, UpstreamPool, UpstreamTimeout
 
 logger = logging.getLogger(__name__)
 # How often each replica's /v1/models is read for its LoRA adapters: adapters are
@@ -67,6 +75,7 @@ class ReplicaProber:
         *,
         timeout_s: float,
         failure_threshold: int,
+        busy_grace_s: float = 0.0,
         schemes: ModelBlockSchemes | None = None,
         adapters: AdapterDirectory | None = None,
         models_refresh_s: float = MODELS_REFRESH_S,
@@ -77,6 +86,7 @@ class ReplicaProber:
         self.metrics = metrics
         self.timeout_s = timeout_s
         self.failure_threshold = failure_threshold
+        self.busy_grace_s = busy_grace_s
         self.adapters = adapters
         self.models_refresh_s = models_refresh_s
         self._in_flight: dict[str, asyncio.Task[None]] = {}
@@ -140,12 +150,12 @@ class ReplicaProber:
             if not 200 <= status < 300:
                 raise UpstreamError(f"/metrics answered {status}")
             load = parse_engine_load(body.decode("utf-8", "replace"))
+        except UpstreamTimeout as exc:
+            if not self._excused(target):
+                self._failed(target, exc)
+            return
         except (UpstreamError, MetricsFormatError) as exc:
-            self.metrics.probe_failures.inc(target.target_id)
-            if self.router.record_probe_failure(target.target_id, self.failure_threshold):
-                logger.warning(
-                    "replica %s unhealthy after probe failures: %s", target.target_id, exc
-                )
+            self._failed(target, exc)
             return
         was_healthy = target.healthy
         self.schemes.observe_engine(target.model, load.block_size, load.hash_algo)
@@ -154,6 +164,31 @@ class ReplicaProber:
             self.on_load(target.target_id, load)
         if not was_healthy:
             logger.info("replica %s healthy again", target.target_id)
+
+    def _silent_for(self, target: TargetState, now: float) -> float | None:
+        """Seconds since a relayed response from ``target`` last brought bytes."""
+        heard_at = self.pool.heard_from(target.url)
+        return None if heard_at is None else now - heard_at
+
+    def _excused(self, target: TargetState) -> bool:
+        """A timed-out probe of a replica that still streams to this balancer's
+        requests: late, not failed (``LocalRouter.excuse_late_probe``)."""
+        silent_for = self._silent_for(target, asyncio.get_running_loop().time())
+        if not self.router.excuse_late_probe(target.target_id, silent_for, self.busy_grace_s):
+            return False
+        self.metrics.probe_late.inc(target.target_id)
+        if target.late_probes == 1:
+            logger.info(
+                "replica %s: probe late (busy: it answered requests %.1f s ago)",
+                target.target_id,
+                silent_for,
+            )
+        return True
+
+    def _failed(self, target: TargetState, exc: Exception) -> None:
+        self.metrics.probe_failures.inc(target.target_id)
+        if self.router.record_probe_failure(target.target_id, self.failure_threshold):
+            logger.warning("replica %s unhealthy after probe failures: %s", target.target_id, exc)
 
     async def close(self) -> None:
         tasks = list(self._in_flight.values())

@@ -122,6 +122,7 @@ class BalancerConfig:
     peer_queue_buffer: int
     probe_stale_s: float = 2.0
     probe_idle_interval_s: float = 5.0
+    probe_busy_grace_s: float = 3.0
     upstream_warm_connections: int = 8
     retry_backoff_s: float = 0.025
     retry_backoff_max_s: float = 0.5
@@ -171,6 +172,7 @@ class BalancerConfig:
             probe_interval_s=s.MERIDIAN_PROBE_INTERVAL_S,
             probe_timeout_s=s.MERIDIAN_PROBE_TIMEOUT_S,
             probe_failure_threshold=s.MERIDIAN_PROBE_FAILURE_THRESHOLD,
+            probe_busy_grace_s=s.MERIDIAN_PROBE_BUSY_GRACE_S,
             heartbeat_interval_s=s.MERIDIAN_HEARTBEAT_INTERVAL_S,
             heartbeat_ttl_s=s.MERIDIAN_HEARTBEAT_TTL_S,
             connect_timeout_s=s.MERIDIAN_UPSTREAM_CONNECT_TIMEOUT_S,
@@ -352,6 +354,7 @@ class BalancerRuntime:
             self.metrics,
             timeout_s=config.probe_timeout_s,
             failure_threshold=config.probe_failure_threshold,
+            busy_grace_s=config.probe_busy_grace_s,
             schemes=self.block_schemes,
             adapters=self.adapters,
         )

@@ -194,6 +194,12 @@ class BalancerMetrics:
         self.probe_failures = r.counter(
             "meridian_probe_failures_total", "Failed /metrics probes per replica.", ["replica"]
         )
+        self.probe_late = r.counter(
+            "meridian_probe_late_total",
+            "Timed-out /metrics probes of a replica still answering requests (busy, not "
+            "counted as failures).",
+            ["replica"],
+        )
         self.topology_reads = r.counter(
             "meridian_topology_reads_total",
             "Topology refreshes by how they read the database: 'checked' (the topology "

@@ -230,6 +230,8 @@ def _replica_row(rt: BalancerRuntime, name: str) -> dict[str, Any]:
         "lora": _lora_view(target.lora),
         "prefix_hit_rate": target.extra.get("prefix_hit_rate"),
         "consecutive_failures": target.consecutive_failures,
+        # Probes in a row that timed out while it answered requests (busy, not down).
+        "late_probes": target.late_probes,
         "requests": usage.requests,
         "prompt_tokens": usage.prompt_tokens,
         "cached_tokens": usage.cached_tokens,

@@ -115,6 +115,30 @@ def test_probe_failures_mark_unhealthy_at_the_threshold() -> None:
     assert (selection.target, selection.healthy) == (None, 0)
 
 
+def test_a_timed_out_probe_of_a_replica_still_answering_is_late_not_failed() -> None:
+    router = _router("a")
+    for late in (1, 2, 3):  # past the failure threshold of 2, and still healthy
+        assert router.excuse_late_probe("a", silent_for_s=0.5, grace_s=3.0) is True
+        target = router.target("a")
+        assert target is not None and (target.late_probes, target.healthy) == (late, True)
+        assert target.consecutive_failures == 0
+    chosen = router.select(_request()).target
+    assert chosen is not None and chosen.target_id == "a"
+    router.record_probe("a", EngineLoad(running=1, waiting=0, kv_usage=0.1))
+    assert target.late_probes == 0  # an answer in time ends the lateness
+
+
+def test_a_timed_out_probe_gets_no_excuse_once_the_replica_is_quiet_too() -> None:
+    router = _router("a")
+    assert router.excuse_late_probe("a", silent_for_s=3.0, grace_s=3.0) is False
+    assert router.excuse_late_probe("a", silent_for_s=None, grace_s=3.0) is False  # never heard
+    assert router.excuse_late_probe("a", silent_for_s=0.0, grace_s=0.0) is False  # 0: off
+    assert router.excuse_late_probe("a", silent_for_s=2.99, grace_s=3.0) is True
+    assert router.excuse_late_probe("gone", silent_for_s=0.1, grace_s=3.0) is False
+    target = router.target("a")
+    assert target is not None and target.late_probes == 1 and target.healthy
+
+
 def test_other_models_replicas_are_not_candidates() -> None:
     router = LocalRouter(build_policy, max_outstanding=4)
     router.apply([_spec("a", "other")], {MODEL: ModelSpec(MODEL), "other": ModelSpec("other")})

@@ -10,6 +10,8 @@ as a streaming replica does), or a misbehaviour a network produces:
 * ``cut``: the chunks, then the connection closes without ending the body;
 * ``stall``: the chunks, then nothing until the client goes away.
 
+``interval_s`` spaces the chunks out, as an engine's tokens are.
+
 The server records what an upstream would observe: each request, how many
 connections were opened and how many are still open (a client that leaks a
 connection never closes it), and whether a client left before a response ended.
@@ -36,6 +38,8 @@ class Reply:
     reset: bool = False
     cut: bool = False
     stall: bool = False
+    # Seconds between chunks (0: each chunk in its own read, back to back).
+    interval_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -120,7 +124,8 @@ class LoopbackServer:
         for chunk in reply.chunks:
             writer.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
             await writer.drain()
-            await asyncio.sleep(0)  # one chunk per read, as a streaming replica sends them
+            # One chunk per read, as a streaming replica sends them.
+            await asyncio.sleep(reply.interval_s)
         if reply.cut:
             return False
         if reply.stall:
