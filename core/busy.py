@@ -13,7 +13,9 @@ engine), or that was never asked anything, gets no such excuse.  A refusal, a re
 or an error status is a failure whatever the traffic says: those are not slowness.
 
 The balancer's prober applies this to its ``/metrics`` probes
-(``LocalRouter.excuse_late_probe``).
+(``LocalRouter.excuse_late_probe``), and passes what is left of each replica's grace
+to the control plane through Redis (``core.peers.serving_key``), whose readiness
+probe excuses its own timeouts the same way (``workers.probes``).
 """
 
 from __future__ import annotations

@@ -40,6 +40,16 @@ def heartbeat_key(balancer: str) -> str:
     return HEARTBEAT_KEY.format(name=balancer)
 
 
+SERVING_KEY = "meridian:replica:{name}:serving"
+
+
+def serving_key(replica: str) -> str:
+    """Set by a balancer, with what is left of the busy grace as its TTL, while
+    ``replica`` answers that balancer's requests: the control plane's readiness probe
+    then takes a timeout of it as lateness, not failure (``core.busy``)."""
+    return SERVING_KEY.format(name=replica)
+
+
 @dataclass(frozen=True, slots=True)
 class Heartbeat:
     balancer: str

@@ -11,8 +11,11 @@ within the TTL; there is no extra dependency on the routing path.
 
 ``PeerDirectory`` also publishes the same heartbeat to Redis (SET with a TTL of
 ``MERIDIAN_HEARTBEAT_TTL_S``) and reads the peers' keys, for the control plane
-and the console.  When Redis is down the balancer logs once per outage, counts
-the error and retries every interval; cross-region routing does not notice.
+and the console.  In the same round trip it marks each replica still answering this
+balancer's requests as serving (``core.busy``), so the control plane's readiness
+probe does not fail a replica that is only too busy to answer it in time.  When
+Redis is down the balancer logs once per outage, counts the error and retries every
+interval; cross-region routing does not notice.
 Socket timeouts are bounded by the interval so a black-holed Redis cannot stall
 the loop.
 
@@ -25,13 +28,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 
 import httpx
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
-from core.peers import Heartbeat, heartbeat_key
+from core.peers import Heartbeat, heartbeat_key, serving_key
 from core.remote import PeerLink, RemoteRouter
 from core.topology import PeerSpec
 from routing.upstream import join_url
@@ -138,16 +141,24 @@ class PeerDirectory:
         self.last_error: str | None = None
 
     async def exchange(
-        self, mine: Heartbeat, peer_names: Sequence[str], on_error: Callable[[], None]
+        self,
+        mine: Heartbeat,
+        peer_names: Sequence[str],
+        on_error: Callable[[], None],
+        serving: Mapping[str, float] | None = None,
     ) -> None:
-        """One round: publish our heartbeat, then refresh what we know of the peers."""
+        """One round, one round trip: publish our heartbeat and, for each replica in
+        ``serving``, its serving mark for the seconds of busy grace it has left
+        (``core.peers.serving_key``); then refresh what we know of the peers."""
         try:
-            await self._redis.set(
-                heartbeat_key(mine.balancer), mine.to_json(), px=int(self.ttl_s * 1000)
-            )
-            raw = (
-                await self._redis.mget([heartbeat_key(n) for n in peer_names]) if peer_names else []
-            )
+            async with self._redis.pipeline(transaction=False) as pipe:
+                pipe.set(heartbeat_key(mine.balancer), mine.to_json(), px=int(self.ttl_s * 1000))
+                for replica, left_s in (serving or {}).items():
+                    pipe.set(serving_key(replica), mine.balancer, px=max(1, int(left_s * 1000)))
+                if peer_names:
+                    pipe.mget([heartbeat_key(n) for n in peer_names])
+                replies = await pipe.execute()
+            raw = replies[-1] if peer_names else []
         except (RedisError, OSError) as exc:
             on_error()
             if self.connected or self.last_error is None:

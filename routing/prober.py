@@ -23,6 +23,7 @@ down.  Its probe is counted in ``meridian_probe_late_total`` and the replica kee
 health and its last load numbers until they go stale.  A refused or reset
 connection, an error status or a malformed page counts as a failure at once, and so
 does a timeout once the replica's streams have gone quiet too (a hung engine).
+``serving`` passes each replica's remaining grace on to the control plane.
 
 Celery's slower probes feed the console and the database; this one feeds routing (DESIGN.md,
 "The sub-second probe that selective pushing needs runs inside each balancer").
@@ -52,6 +53,7 @@ import logging
 from collections.abc import Callable, Iterable
 
 from core.block_identity import ModelBlockSchemes
+from core.busy import grace_left
 from core.engine_metrics import EngineLoad, MetricsFormatError, parse_engine_load
 from core.lora import AdapterDirectory, adapters_in_models
 from core.router import LocalRouter
@@ -164,6 +166,16 @@ class ReplicaProber:
             self.on_load(target.target_id, load)
         if not was_healthy:
             logger.info("replica %s healthy again", target.target_id)
+
+    def serving(self) -> dict[str, float]:
+        """Each replica still within its busy grace, and the seconds of it left: what
+        the heartbeat tells the control plane's readiness probe (``core.busy``)."""
+        now = asyncio.get_running_loop().time()
+        left = {
+            t.target_id: grace_left(self._silent_for(t, now), self.busy_grace_s)
+            for t in self.router.targets()
+        }
+        return {name: seconds for name, seconds in left.items() if seconds > 0}
 
     def _silent_for(self, target: TargetState, now: float) -> float | None:
         """Seconds since a relayed response from ``target`` last brought bytes."""

@@ -590,6 +590,7 @@ class BalancerRuntime:
             self.heartbeat(snapshot),
             [p.name for p in snapshot.peers],
             self.metrics.heartbeat_errors.inc,
+            serving=self.prober.serving(),
         )
 
     async def publish_live(self) -> None:

@@ -6,7 +6,10 @@ Each replica is probed the way its model's ``ServiceConfig.readiness_probe`` say
 answers while its engine cannot generate is not ready).  A replica becomes
 ``ready`` on its first successful probe and ``failed`` after ``failure_threshold``
 consecutive failed ones; a failed replica that answers
-again goes back to ``ready``.  Each transition is an Event.  Balancers read the
+again goes back to ``ready``.  A probe that times out on a replica a balancer marks
+as still answering its requests (``core.peers.serving_key``) is late, not failed: the
+replica is busy, not down (``core.busy``), and failing it would take it out of routing,
+and maybe out of the fleet, at its peak.  Each transition is an Event.  Balancers read the
 states in their topology refresh, so a failed replica leaves routing within one
 probe period plus one refresh.  (Balancers also probe their own replicas every few
 hundred ms in-process; this slower probe is the durable record.)
@@ -15,15 +18,21 @@ hundred ms in-process; this slower probe is the durable record.)
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable
 from dataclasses import dataclass
 
 import httpx
 from django.db import transaction
 from django.utils import timezone
+from redis.exceptions import RedisError
 
+from core.peers import serving_key
 from fleet.models import Event, Replica, ServiceConfig
 from workers.health import after_probe
+from workers.task_policy import redis_client
+
+logger = logging.getLogger(__name__)
 
 # States whose replicas are probed; drained, terminated and preempted ones are not ours to revive.
 PROBED_STATES = (Replica.State.STARTING, Replica.State.READY, Replica.State.FAILED)
@@ -34,6 +43,8 @@ class ProbeResult:
     replica_id: int
     ok: bool
     detail: str
+    # No answer within the timeout (neither a refusal nor an error status).
+    timed_out: bool = False
 
 
 @dataclass(frozen=True)
@@ -46,6 +57,7 @@ class ProbeTransition:
 @dataclass(frozen=True)
 class ProbeTarget:
     replica_id: int
+    name: str
     url: str
     model: str
     mode: str  # a ServiceConfig.ReadinessProbe value
@@ -62,6 +74,8 @@ def _request(client: httpx.AsyncClient, target: ProbeTarget) -> Awaitable[httpx.
 async def _probe_one(client: httpx.AsyncClient, target: ProbeTarget) -> ProbeResult:
     try:
         response = await _request(client, target)
+    except httpx.TimeoutException as exc:
+        return ProbeResult(target.replica_id, False, f"{type(exc).__name__}: {exc}", True)
     except httpx.HTTPError as exc:
         return ProbeResult(target.replica_id, False, f"{type(exc).__name__}: {exc}")
     if response.status_code == 200:
@@ -77,16 +91,21 @@ async def _probe_all(targets: list[ProbeTarget], timeout: float) -> list[ProbeRe
 
 def probe_url(url: str, model: str, mode: str, *, timeout: float) -> ProbeResult:
     """Probe one URL the way a replica of ``model`` would be probed (before it exists)."""
-    (result,) = asyncio.run(_probe_all([ProbeTarget(0, url, model, mode)], timeout))
+    (result,) = asyncio.run(_probe_all([ProbeTarget(0, "", url, model, mode)], timeout))
     return result
 
 
 def probe_targets() -> list[ProbeTarget]:
     """Every probed replica with the readiness probe its model is configured for."""
     modes = dict(ServiceConfig.objects.values_list("model_name", "readiness_probe"))
-    rows = Replica.objects.filter(state__in=PROBED_STATES).values_list("id", "url", "model_name")
+    rows = Replica.objects.filter(state__in=PROBED_STATES).values_list(
+        "id", "name", "url", "model_name"
+    )
     default = ServiceConfig.ReadinessProbe.HEALTH
-    return [ProbeTarget(rid, url, model, modes.get(model, default)) for rid, url, model in rows]
+    return [
+        ProbeTarget(rid, name, url, model, modes.get(model, default))
+        for rid, name, url, model in rows
+    ]
 
 
 def probe_replicas(*, timeout: float = 2.0, failure_threshold: int = 2) -> list[ProbeTransition]:
@@ -95,12 +114,40 @@ def probe_replicas(*, timeout: float = 2.0, failure_threshold: int = 2) -> list[
     if not targets:
         return []
     results = asyncio.run(_probe_all(targets, timeout))
+    names = {t.replica_id: t.name for t in targets}
+    serving = _serving([names[r.replica_id] for r in results if r.timed_out])
     transitions = []
     for result in results:
+        if result.timed_out and names[result.replica_id] in serving:
+            _note_late(result, names[result.replica_id])
+            continue
         transition = _apply(result, failure_threshold)
         if transition is not None:
             transitions.append(transition)
     return transitions
+
+
+def _serving(names: list[str]) -> set[str]:
+    """Which of ``names`` a balancer marks as answering its requests now; none when
+    Redis cannot say (then a timeout counts, as it would without the marks)."""
+    if not names:
+        return set()
+    try:
+        with redis_client() as client:
+            marks = client.mget([serving_key(name) for name in names])
+    except (RedisError, OSError) as exc:
+        logger.warning("serving marks unreadable (%s): timed-out probes count as failures", exc)
+        return set()
+    return {name for name, mark in zip(names, marks, strict=True) if mark is not None}
+
+
+def _note_late(result: ProbeResult, name: str) -> None:
+    """A late probe of a busy replica: its time is recorded, its state and failure
+    count are not touched."""
+    Replica.objects.filter(id=result.replica_id).update(last_probe_at=timezone.now())
+    logger.info(
+        "replica %s: readiness probe late (%s), but it is serving: busy", name, result.detail
+    )
 
 
 def _apply(result: ProbeResult, failure_threshold: int) -> ProbeTransition | None:

@@ -9,7 +9,10 @@ import json
 from typing import Any
 
 import pytest
+import redis.asyncio as aioredis
 
+from core.peers import serving_key
+from ops.embedded_redis import EmbeddedRedis
 from routing.calls import ProxyResponse
 from tests.support.inprocess import proxy_call
 from tests.support.loopback import Received, Reply
@@ -138,3 +141,28 @@ async def test_a_late_probe_of_a_replica_never_asked_anything_counts_as_a_failur
     a = rt.router.target("a")
     assert a is not None and not a.healthy
     assert (rt.metrics.probe_late.value("a"), rt.metrics.probe_failures.value("a")) == (0, 2)
+
+
+async def test_a_replica_still_streaming_is_marked_serving_for_the_control_plane(
+    build_runtime: Any, redis_server: EmbeddedRedis
+) -> None:
+    """The heartbeat's round trip also tells the control plane's readiness probe which
+    replicas are busy rather than down (``workers.probes``), for the grace left."""
+    upstreams = BusyReplica(metrics_late_s=0.0, events=1000, interval_s=0.05)
+    names = ("serving-r1", "serving-r2")
+    rt = await build_runtime(
+        upstreams, replicas=names, probe_busy_grace_s=2.0, redis_url=redis_server.url
+    )
+    client = aioredis.Redis.from_url(redis_server.url)
+    response = await rt.dispatcher.dispatch(proxy_call(stream=True))
+    reader = asyncio.create_task(_read(response))
+    try:
+        (streaming,) = upstreams.hosts()
+        (idle,) = set(names) - {streaming}
+        await rt.exchange_heartbeats()
+        assert 0 < await client.pttl(serving_key(streaming)) <= 2000  # its grace left
+        assert await client.pttl(serving_key(idle)) == -2  # never asked anything: no mark
+    finally:
+        reader.cancel()
+        await client.delete(*(serving_key(name) for name in names))
+        await client.aclose()

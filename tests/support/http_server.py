@@ -4,6 +4,7 @@ balancers and replicas over HTTP (probes, scrapes, drill traffic)."""
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -14,6 +15,8 @@ class Canned:
     status: int
     body: str = ""
     headers: Mapping[str, str] = field(default_factory=dict)
+    # Seconds the server takes before it answers (a busy replica's status page).
+    delay_s: float = 0.0
 
 
 NOT_FOUND = Canned(404)
@@ -61,6 +64,7 @@ def _handler_for(server: FakeServer) -> type[BaseHTTPRequestHandler]:
         def _answer(self) -> None:
             length = int(self.headers.get("Content-Length") or 0)
             canned = server.take(self.command, self.path, self.rfile.read(length))
+            time.sleep(canned.delay_s)  # on this request's own thread
             data = canned.body.encode()
             self.send_response(canned.status)
             for name, value in canned.headers.items():

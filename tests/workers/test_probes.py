@@ -1,9 +1,13 @@
 from __future__ import annotations
 
 import pytest
+import redis
+from django.conf import settings
 
+from core.peers import serving_key
 from fleet.models import Event, Replica
-from tests.support.http_server import FakeServer
+from ops.embedded_redis import EmbeddedRedis
+from tests.support.http_server import Canned, FakeServer
 from tests.support.rows import Rows
 from workers.probes import probe_replicas
 from workers.tasks import probe_replicas as probe_replicas_task
@@ -71,3 +75,50 @@ def test_drained_replicas_are_left_alone(replica: Replica, fake_server: FakeServ
 def test_celery_task_runs_the_same_service(replica: Replica) -> None:
     result = probe_replicas_task.apply().get()
     assert result == [{"replica": "r1", "old_state": "starting", "new_state": "ready"}]
+
+
+@pytest.mark.django_db
+def test_a_timed_out_probe_of_a_replica_a_balancer_hears_from_is_late_not_failed(
+    replica: Replica, fake_server: FakeServer, redis_server: EmbeddedRedis
+) -> None:
+    """A busy replica answers its readiness probe late; while a balancer marks it as
+    serving (``core.busy``), the timeout neither fails it nor counts towards failing."""
+    probe_replicas()  # ready
+    fake_server.answer_in_turn("GET", "/health", Canned(200, delay_s=0.5))
+    client = redis.Redis.from_url(settings.REDIS_URL)
+    key = serving_key(replica.name)
+    client.set(key, "lb-us", px=60_000)
+    try:
+        for _ in range(3):  # past the threshold of 1
+            assert probe_replicas(timeout=0.1, failure_threshold=1) == []
+        replica.refresh_from_db()
+        assert (replica.state, replica.consecutive_failures) == (Replica.State.READY, 0)
+        assert replica.last_probe_at is not None
+        assert not Event.objects.filter(kind="probe_failed").exists()
+
+        client.delete(key)  # no balancer hears from it any more: a hung engine
+        probe_replicas(timeout=0.1, failure_threshold=1)
+        replica.refresh_from_db()
+        assert replica.state == Replica.State.FAILED
+        assert "ReadTimeout" in Event.objects.get(kind="probe_failed").data["detail"]
+    finally:
+        client.delete(key)
+        client.close()
+
+
+@pytest.mark.django_db
+def test_a_serving_mark_does_not_excuse_an_error_status(
+    replica: Replica, fake_server: FakeServer, redis_server: EmbeddedRedis
+) -> None:
+    probe_replicas()
+    fake_server.answer("GET", "/health", 503)
+    client = redis.Redis.from_url(settings.REDIS_URL)
+    key = serving_key(replica.name)
+    client.set(key, "lb-us", px=60_000)
+    try:
+        probe_replicas(failure_threshold=1)
+        replica.refresh_from_db()
+        assert replica.state == Replica.State.FAILED  # an answer, and a bad one
+    finally:
+        client.delete(key)
+        client.close()
