@@ -292,8 +292,10 @@ def fleet(
         "MERIDIAN_CACHE_MISMATCH_MIN_REQUESTS": "4",
         "MERIDIAN_HASH_SEED": HASH_SEED,
         # vLLM serves /metrics from the API server, which answered in 1.5 to 4.7 s on
-        # two shared cores while its engine decoded a full batch: two 1 s probes in a
-        # row would call the busy replica dead.
+        # two shared cores while its engine decoded a full batch.  A late probe of a
+        # replica streaming to this balancer is no failure (core.busy), but tests load
+        # the engines directly too, and then two 1 s probes in a row would call the
+        # busy replica dead.
         "MERIDIAN_PROBE_TIMEOUT_S": "10",
     }
     url = start_balancer(engine_processes, env, "engines-lb", lb_port)
