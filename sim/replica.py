@@ -53,7 +53,9 @@ from sim.responses import ResponsesEndpoint
 
 Handler = Callable[[bytes, Receive, Send], Awaitable[None]]
 
-FAULT_MODES = ("none", "die", "hang", "slow", "reject")
+FAULT_MODES = ("none", "die", "hang", "slow", "reject", "busy")
+# What the ``busy`` fault makes late: the status pages a probe reads, not generation.
+STATUS_ROUTES = frozenset({"/health", "/metrics", "/v1/models"})
 Runner = Literal["generate", "pooling"]
 DEBUG_LOG_SIZE = 64
 logger = logging.getLogger(__name__)
@@ -170,6 +172,8 @@ class Replica:
         self.driver = EngineDriver(engine, time_scale=time_scale, publisher=publisher)
         self.fault = "none"
         self.slow_factor = 1.0
+        # Seconds the status pages answer late under the ``busy`` fault.
+        self.status_lag_s = 0.0
         self.on_die: Callable[[], None] = lambda: None
         self._unhung = asyncio.Event()
         self._unhung.set()
@@ -212,6 +216,12 @@ class Replica:
             self._remember(scope, body)
         if path != "/fault":  # the drill must always be able to clear a fault
             if self.fault == "hang" and not await until_disconnect(receive, self._unhung.wait()):
+                return
+            if (
+                self.fault == "busy"
+                and path in STATUS_ROUTES
+                and not await until_disconnect(receive, asyncio.sleep(self.status_lag_s))
+            ):
                 return
             if self.fault == "reject":
                 error = api.APIError(f"replica {self.name} is rejecting requests", status=503)
@@ -281,14 +291,20 @@ class Replica:
         await send_json(send, 200, self._fault_state())
 
     def _fault_state(self) -> dict[str, Any]:
-        return {"replica": self.name, "mode": self.fault, "factor": self.slow_factor}
+        factor = self.status_lag_s if self.fault == "busy" else self.slow_factor
+        return {"replica": self.name, "mode": self.fault, "factor": factor}
 
     def set_fault(self, mode: str, factor: float = 4.0) -> None:
-        """Enter fault ``mode``; each mode replaces the previous one."""
+        """Enter fault ``mode``; each mode replaces the previous one.  ``factor`` is the
+        engine's slowdown under ``slow`` and the seconds the status pages
+        (``STATUS_ROUTES``) answer late under ``busy``: vLLM's API server answers them
+        from the loop that serves its streams, and under load they come late while
+        generation goes on (``core.busy``)."""
         if mode not in FAULT_MODES:
             raise ValueError(f"unknown fault mode {mode!r}; expected one of {FAULT_MODES}")
         self.fault = mode
         self.slow_factor = factor if mode == "slow" else 1.0
+        self.status_lag_s = factor if mode == "busy" else 0.0
         self.engine.slowdown = self.slow_factor
         self.driver.set_paused(mode == "hang")
         if mode == "hang":

@@ -1,4 +1,4 @@
-"""Fault drills and process life: reject, hang, slow, die; SIGTERM; idle CPU."""
+"""Fault drills and process life: reject, hang, slow, busy, die; SIGTERM; idle CPU."""
 
 from __future__ import annotations
 
@@ -60,6 +60,17 @@ def test_hang_accepts_but_never_answers_until_cleared(faulty_b: str) -> None:
         )
     assert set_fault(faulty_b, "none")["mode"] == "none"
     assert http_probe.get(f"{faulty_b}/health").status_code == 200
+
+
+def test_busy_makes_the_status_pages_late_while_generation_goes_on(faulty_b: str) -> None:
+    assert set_fault(faulty_b, "busy", factor=0.6)["factor"] == 0.6
+    for page in ("/health", "/metrics", "/v1/models"):
+        with pytest.raises(httpx.ReadTimeout):  # a probe's short timeout misses it
+            http_probe.get(f"{faulty_b}{page}", timeout=httpx.Timeout(5.0, read=0.2))
+        assert http_probe.get(f"{faulty_b}{page}", timeout=5).status_code == 200  # just late
+    set_fault(faulty_b, "busy", factor=30.0)
+    assert complete(faulty_b).status_code == 200  # within its 10 s: not held behind the lag
+    assert set_fault(faulty_b, "none")["mode"] == "none"
 
 
 def test_slow_multiplies_modeled_step_times(served: ServedReplicas, faulty_b: str) -> None:
