@@ -58,6 +58,8 @@ class Cluster:
     replicas: dict[str, str] = field(default_factory=dict)  # name -> region
     # Processes per balancer: more than one share its port (SO_REUSEPORT) and state.
     processes: int = 1
+    # Settings for every balancer process on top of the test defaults (``balancer_env``).
+    overrides: dict[str, str] = field(default_factory=dict)
 
     def region_replicas(self, region: str) -> list[str]:
         return sorted(name for name, r in self.replicas.items() if r == region)
@@ -66,7 +68,7 @@ class Cluster:
         lb = self.balancers[name]
         if self.processes > 1:
             return start_shared_port_balancer(self.group, self.env, name, lb.port, self.processes)
-        url = start_balancer(self.group, self.env, name, lb.port, **overrides)
+        url = start_balancer(self.group, self.env, name, lb.port, **self.overrides, **overrides)
         lb.process = self.group.processes[-1]
         return url
 
@@ -132,10 +134,18 @@ def running_cluster(
     *,
     policy: str = "round_robin",
     processes: int = 1,
+    overrides: dict[str, str] | None = None,
 ) -> Iterator[Cluster]:
     """``regions``: name -> replica count.  Names: ``<region>-lb``, ``<region>-r<n>``;
-    ``processes`` per balancer."""
-    cluster = Cluster(group, child_process_env(redis_url), TopologyFactory(), processes=processes)
+    ``processes`` per balancer, each started with ``overrides`` on top of the test
+    balancers' settings."""
+    cluster = Cluster(
+        group,
+        child_process_env(redis_url),
+        TopologyFactory(),
+        processes=processes,
+        overrides=dict(overrides or {}),
+    )
     try:
         _populate(cluster, regions, rtts, policy)
         yield cluster
