@@ -77,10 +77,12 @@ class BusyReplica(Upstreams):
         return await super().answer(request)
 
 
-async def _read(response: ProxyResponse) -> None:
+async def _read(response: ProxyResponse, got: list[bytes] | None = None) -> None:
+    """Read the relayed stream as a client would, keeping what came in ``got``."""
     assert response.stream is not None
-    async for _ in response.stream:
-        pass
+    async for chunk in response.stream:
+        if got is not None:
+            got.append(chunk)
 
 
 async def test_a_late_probe_of_a_replica_still_streaming_is_no_failure(
@@ -92,10 +94,13 @@ async def test_a_late_probe_of_a_replica_still_streaming_is_no_failure(
         upstreams, replicas=("a",), probe_timeout_s=0.1, probe_busy_grace_s=2.0
     )
     response = await rt.dispatcher.dispatch(proxy_call(stream=True))  # its first token is here
-    reader = asyncio.create_task(_read(response))
+    got: list[bytes] = []
+    reader = asyncio.create_task(_read(response, got))
     try:
         for late in (1, 2, 3):  # past the failure threshold (2): every probe times out
+            before = len(got)
             await rt.prober.probe_all()
+            assert len(got) > before  # tokens reached the client while the probe waited
             a = rt.router.target("a")
             assert a is not None and (a.healthy, a.late_probes) == (True, late)
         assert (rt.metrics.probe_late.value("a"), rt.metrics.probe_failures.value("a")) == (3, 0)
